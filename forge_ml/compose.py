@@ -1,0 +1,161 @@
+"""Hydra composition for a project: validate up front, then run jobs through Hydra's launcher.
+
+The project's forge.yaml is the primary config; packaged groups come from
+`pkg://forge_ml.conf` (see hydra_plugins/forge_ml_searchpath). Every composition gets
+`project_dir` set to the absolute project path, so relative paths never depend on the
+working directory of a Hydra job.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from forge_ml.config import ForgeConfig, validate_config
+from forge_ml.errors import ConfigError
+from forge_ml.project import CONFIG_FILE, Project
+
+log = logging.getLogger(__name__)
+MAX_PREVALIDATED_JOBS = 64
+
+
+def _project_override(project: Project) -> str:
+    return f"++project_dir={project.root}"
+
+
+def _composition_error(project: Project, exc: Exception) -> ConfigError:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    message = "; ".join(lines[:3]) or type(exc).__name__
+    cause = exc.__cause__
+    key = getattr(cause, "full_key", None)
+    if key and "not in struct" in str(cause):
+        message = f"unknown key '{key}' ({message})"
+    return ConfigError(f"{project.config_file}: cannot compose the config: {message}")
+
+
+def compose_config(project: Project, overrides: list[str]) -> ForgeConfig:
+    """Return the validated config of `project` with command-line `overrides` applied."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_dir(config_dir=str(project.root), version_base=None, job_name="forge-ml"):
+            cfg = compose(
+                config_name=CONFIG_FILE.removesuffix(".yaml"),
+                overrides=[*overrides, _project_override(project)],
+            )
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        raise _composition_error(project, exc) from None
+    return validate_config(cfg)
+
+
+def expand_sweeps(overrides: list[str]) -> list[list[str]]:
+    """Return the override lists of a multirun's jobs (discrete sweeps only), capped for pre-validation."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as exc:
+        raise ConfigError(f"command line: {exc}") from None
+    choices: list[list[str]] = []
+    for override in parsed:
+        key = override.get_key_element()
+        if override.is_sweep_override():
+            if not override.is_discrete_sweep():
+                continue  # interval() needs a sweeper that samples it; the job validates its own value
+            choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+        else:
+            choices.append([override.input_line])
+    return [list(combo) for combo in itertools.islice(itertools.product(*choices), MAX_PREVALIDATED_JOBS)]
+
+
+@dataclass
+class JobResult:
+    overrides: list[str]
+    value: Any = None
+    error: BaseException | None = None
+
+
+@dataclass
+class LaunchResult:
+    jobs: list[JobResult] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[JobResult]:
+        return [job for job in self.jobs if job.error is not None]
+
+
+def launch(
+    project: Project,
+    overrides: list[str],
+    job: Callable[[ForgeConfig, dict[str, Any]], Any],
+    *,
+    multirun: bool = False,
+    job_name: str = "train",
+    hydra_flags: list[str] | None = None,
+) -> LaunchResult:
+    """Run `job` once per Hydra job (one for a run, one per sweep point for a multirun).
+
+    `job` gets the validated config and the Hydra context (tags describing the sweep). An
+    error inside one job is recorded and the sweep goes on; the caller turns the results
+    into an exit code.
+    """
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import DictConfig
+
+    result = LaunchResult()
+
+    def task(raw: DictConfig) -> Any:
+        hc = HydraConfig.get()
+        job_overrides = list(hc.overrides.task)
+        record = JobResult(overrides=job_overrides)
+        result.jobs.append(record)
+        context: dict[str, Any] = {
+            "forge.overrides": " ".join(o for o in job_overrides if "project_dir" not in o)
+        }
+        if hc.mode == RunMode.MULTIRUN:
+            context |= {"forge.sweep": hc.sweep.dir, "forge.sweep_job": hc.job.num}
+        try:
+            cfg = validate_config(raw)
+            record.value = job(cfg, context)
+        except Exception as exc:  # recorded; the launcher moves on to the next job
+            record.error = exc
+            log.debug("job failed", exc_info=True)
+            return None
+        except KeyboardInterrupt as exc:
+            record.error = exc
+            raise
+        return record.value
+
+    main = hydra.main(
+        config_path=str(project.root), config_name=CONFIG_FILE.removesuffix(".yaml"), version_base=None
+    )(task)
+    argv = [
+        "forge-ml",
+        *(hydra_flags or []),
+        *overrides,
+        _project_override(project),
+        f"hydra.job.name={job_name}",
+    ]
+    if multirun:
+        argv.insert(1, "--multirun")
+    saved = sys.argv
+    sys.argv = argv
+    try:
+        main()
+    except SystemExit as exc:  # Hydra reports its own errors and exits
+        if exc.code not in (0, None):
+            raise ConfigError(
+                f"Hydra could not run the job (exit {exc.code}); see the message above"
+            ) from None
+    finally:
+        sys.argv = saved
+    return result

@@ -1,0 +1,116 @@
+"""The structured config schema: one dataclass per Hydra group, validated before anything loads.
+
+`validate_config` merges a composed `DictConfig` into the schema (unknown keys and wrong
+types fail there, naming the key), then checks every range and raises one `ConfigError`
+that lists all problems.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from forge_ml.config.checks import Problems
+from forge_ml.config.evaluation import EvalConfig
+from forge_ml.config.lora import LoraConfig
+from forge_ml.config.model import ModelConfig, TinyModelConfig
+from forge_ml.config.task import TaskConfig
+from forge_ml.config.tracking import TrackingConfig
+from forge_ml.config.training import TrainingConfig
+from forge_ml.errors import ConfigError
+
+__all__ = [
+    "EvalConfig",
+    "ForgeConfig",
+    "LoraConfig",
+    "ModelConfig",
+    "TaskConfig",
+    "TinyModelConfig",
+    "TrackingConfig",
+    "TrainingConfig",
+    "config_hash",
+    "validate_config",
+]
+
+
+@dataclass
+class ForgeConfig:
+    name: str = field(
+        default="???", metadata={"help": "project name: MLflow experiment and registered model"}
+    )
+    project_dir: str = field(default="???", metadata={"help": "absolute project directory (set by the CLI)"})
+    model: ModelConfig = field(default_factory=ModelConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+    def check(self) -> list[str]:
+        p = Problems("")
+        if not self.name or not self.name.strip():
+            p.add("name", "must not be empty")
+        elif any(c in self.name for c in "/\\:"):
+            p.add("name", f"{self.name!r} must not contain '/', '\\' or ':'")
+        for group in ("model", "lora", "training", "eval", "task", "tracking"):
+            sub = Problems(group)
+            getattr(self, group).check(sub)
+            p.extend(sub)
+        if self.lora.method == "qlora" and self.model.is_tiny:
+            p.add("lora.method", "qlora quantizes a pretrained base; use lora with model=tiny")
+        return p.messages
+
+
+def _describe(exc: OmegaConfBaseException) -> str:
+    key = getattr(exc, "full_key", None) or ""
+    message = str(exc).splitlines()[0]
+    if "not in" in message or ("Key '" in message and "not" in message):
+        return f"unknown key '{key}'" + _did_you_mean(key)
+    return f"{key}: {message}" if key else message
+
+
+def _did_you_mean(full_key: str) -> str:
+    import difflib
+
+    parent, _, leaf = full_key.rpartition(".")
+    node: Any = OmegaConf.structured(ForgeConfig)
+    for part in filter(None, parent.split(".")):
+        node = node.get(part) if isinstance(node, DictConfig) else None
+    if not isinstance(node, DictConfig):
+        return ""
+    close = difflib.get_close_matches(leaf, [str(k) for k in node], n=1)
+    return f" (did you mean '{parent + '.' if parent else ''}{close[0]}'?)" if close else ""
+
+
+def validate_config(cfg: DictConfig | dict) -> ForgeConfig:
+    """Return the typed config, or raise ConfigError naming every bad key."""
+    if isinstance(cfg, DictConfig):
+        cfg = OmegaConf.to_container(cfg, resolve=True)
+    cfg = {k: v for k, v in cfg.items() if k != "hydra"}
+    schema = OmegaConf.structured(ForgeConfig)
+    try:
+        merged = OmegaConf.merge(schema, cfg)
+        typed: ForgeConfig = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"invalid configuration: {_describe(exc)}") from None
+    problems = typed.check()
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    return typed
+
+
+def config_to_dict(cfg: ForgeConfig) -> dict[str, Any]:
+    """Return the config as plain containers (JSON-serialisable)."""
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+
+
+def config_hash(cfg: ForgeConfig) -> str:
+    """Return a short content hash of the resolved config (project_dir excluded)."""
+    data = config_to_dict(cfg)
+    data.pop("project_dir", None)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]

@@ -1,0 +1,68 @@
+"""Chat formatting through the tokenizer's template, and tokenisation for SFT.
+
+Prompt and completion are tokenised separately and concatenated, so the tokens a model is
+trained to produce after the prompt are exactly those it must generate at eval time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from forge_ml.data.examples import Example
+
+IGNORE_INDEX = -100
+
+
+def build_messages(system_prompt: str, user: str, *, system_role: bool = True) -> list[dict[str, str]]:
+    """Return the chat messages of a prompt; without a system role the prompt leads the user turn."""
+    if system_role:
+        return [{"role": "system", "content": system_prompt}, {"role": "user", "content": user}]
+    return [{"role": "user", "content": f"{system_prompt}\n\n{user}"}]
+
+
+def render_prompt(tokenizer: Any, system_prompt: str, user: str, *, system_role: bool = True) -> str:
+    """Return the prompt text, ending with the assistant's generation header."""
+    messages = build_messages(system_prompt, user, system_role=system_role)
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def render_completion(
+    tokenizer: Any, system_prompt: str, example: Example, prompt: str, *, system_role: bool = True
+) -> str:
+    """Return the text the template puts after `prompt` for the assistant's answer (end-of-turn included)."""
+    messages = build_messages(system_prompt, example.user, system_role=system_role)
+    messages.append({"role": "assistant", "content": example.assistant})
+    full = tokenizer.apply_chat_template(messages, tokenize=False)
+    if not full.startswith(prompt):
+        raise ValueError(
+            "the chat template renders the prompt differently with and without the answer; "
+            "set model.chat_template to a template whose generation prompt is a prefix of the full chat"
+        )
+    return full[len(prompt) :]
+
+
+def encode_text(tokenizer: Any, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def tokenize_for_sft(
+    examples: Sequence[Example], tokenizer: Any, system_prompt: str, *, system_role: bool = True
+) -> dict[str, list[list[int]]]:
+    """Return columns `input_ids` and `labels` (prompt tokens masked with -100)."""
+    input_ids, labels = [], []
+    for ex in examples:
+        prompt = render_prompt(tokenizer, system_prompt, ex.user, system_role=system_role)
+        completion = render_completion(tokenizer, system_prompt, ex, prompt, system_role=system_role)
+        prompt_ids = encode_text(tokenizer, prompt)
+        completion_ids = encode_text(tokenizer, completion)
+        input_ids.append(prompt_ids + completion_ids)
+        labels.append([IGNORE_INDEX] * len(prompt_ids) + completion_ids)
+    return {"input_ids": input_ids, "labels": labels}
+
+
+def sft_dataset(examples: Sequence[Example], tokenizer: Any, system_prompt: str, *, system_role: bool = True):
+    """Return a tokenised `datasets.Dataset` that TRL's SFTTrainer takes as is."""
+    from datasets import Dataset
+
+    return Dataset.from_dict(tokenize_for_sft(examples, tokenizer, system_prompt, system_role=system_role))

@@ -1,0 +1,123 @@
+"""Chat examples in JSONL: reading with line-precise errors, normalising, hashing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forge_ml.errors import InputError
+
+ROLES = ("user", "assistant")
+MAX_LINE_BYTES = 1_000_000
+
+
+@dataclass
+class Example:
+    """One training or eval example: a user turn, the expected assistant turn, and metadata."""
+
+    user: str
+    assistant: str
+    meta: dict[str, Any] = field(default_factory=dict)
+    origin: str = field(default="", compare=False, repr=False)  # "file:line" it was read from
+
+    @property
+    def category(self) -> str | None:
+        value = self.meta.get("category")
+        return str(value) if value is not None else None
+
+    @property
+    def key(self) -> str:
+        """The identity used for dedup and gold-overlap checks."""
+        return normalize_text(self.user)
+
+    def to_record(self) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "messages": [
+                {"role": "user", "content": self.user},
+                {"role": "assistant", "content": self.assistant},
+            ]
+        }
+        if self.meta:
+            record["meta"] = self.meta
+        return record
+
+
+_SPACE = re.compile(r"\s+")
+_EDGE = string.punctuation + string.whitespace
+
+
+def normalize_text(text: str) -> str:
+    """Lower-case, collapse whitespace, strip punctuation at both ends."""
+    return _SPACE.sub(" ", text.lower()).strip(_EDGE)
+
+
+def parse_record(record: Any, where: str) -> Example:
+    """Return the Example in one decoded JSONL record; raise InputError naming `where`."""
+    if not isinstance(record, dict):
+        raise InputError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    messages = record.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InputError(f"{where}: 'messages' must be a non-empty list of {{role, content}} objects")
+    turns: dict[str, str] = {}
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("content"), str):
+            raise InputError(f"{where}: messages[{i}] must be an object with a string 'content'")
+        role = message.get("role")
+        if role == "system":
+            raise InputError(
+                f"{where}: messages[{i}] is a system turn; the system prompt comes from system_prompt.md"
+            )
+        if role not in ROLES:
+            raise InputError(f"{where}: messages[{i}] has role {role!r}; expected user or assistant")
+        if role in turns:
+            raise InputError(f"{where}: more than one {role} turn; one user and one assistant turn per line")
+        turns[role] = message["content"]
+    for role in ROLES:
+        if role not in turns:
+            raise InputError(f"{where}: no {role} turn")
+        if not turns[role].strip():
+            raise InputError(f"{where}: the {role} turn is empty")
+    meta = record.get("meta", {})
+    if not isinstance(meta, dict):
+        raise InputError(f"{where}: 'meta' must be an object")
+    return Example(user=turns["user"], assistant=turns["assistant"], meta=meta, origin=where)
+
+
+def read_examples(path: Path, *, required: bool = True) -> list[Example]:
+    """Return every example in a JSONL file; a bad line raises InputError with file:line."""
+    if not path.is_file():
+        if required:
+            raise InputError(f"{path}: file not found")
+        return []
+    examples = []
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            where = f"{path}:{number}"
+            if len(raw) > MAX_LINE_BYTES:
+                raise InputError(f"{where}: line is {len(raw)} bytes, over the {MAX_LINE_BYTES} byte limit")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{where}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            examples.append(parse_record(record, where))
+    return examples
+
+
+def dataset_hash(examples: list[Example]) -> str:
+    """Return the sha256 content hash of a dataset (order-sensitive, meta included)."""
+    h = hashlib.sha256()
+    for ex in examples:
+        h.update(json.dumps(ex.to_record(), sort_keys=True, ensure_ascii=False).encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()

@@ -1,0 +1,143 @@
+"""Assemble a project's datasets: seed merged into canonical, dedup, gold guard, dev split."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+
+from forge_ml.config import TaskConfig
+from forge_ml.data.examples import Example, dataset_hash, read_examples
+from forge_ml.errors import InputError
+from forge_ml.fileio import atomic_write_jsonl
+from forge_ml.project import Project
+
+log = logging.getLogger(__name__)
+MAX_OFFENDERS_SHOWN = 5
+
+
+@dataclass
+class ProjectData:
+    system_prompt: str
+    train: list[Example]
+    dev: list[Example]
+    gold: list[Example]
+    duplicates_dropped: int
+    seed_merged: int
+
+    @property
+    def hashes(self) -> dict[str, str]:
+        return {
+            "train": dataset_hash(self.train),
+            "dev": dataset_hash(self.dev),
+            "gold": dataset_hash(self.gold),
+        }
+
+    def training_text(self) -> list[str]:
+        """Text a locally built tokenizer may learn from: never gold."""
+        texts = [self.system_prompt]
+        for ex in self.train + self.dev:
+            texts.extend((ex.user, ex.assistant))
+        return texts
+
+
+def read_system_prompt(project: Project, task: TaskConfig) -> str:
+    path = project.resolve(task.system_prompt)
+    if not path.is_file():
+        raise InputError(f"{path}: system prompt file not found (task.system_prompt)")
+    text = path.read_text(encoding="utf-8").strip()
+    if not text:
+        raise InputError(f"{path}: system prompt is empty")
+    return text
+
+
+def read_gold(project: Project, task: TaskConfig) -> list[Example]:
+    path = project.resolve(task.gold_path)
+    gold = read_examples(path)
+    if not gold:
+        raise InputError(f"{path}: the gold set is empty; add held-out examples to evaluate on")
+    return gold
+
+
+def check_gold_overlap(examples: list[Example], gold: list[Example]) -> None:
+    """Refuse training data whose user text matches a gold input."""
+    gold_keys = {ex.key for ex in gold}
+    offenders = [ex for ex in examples if ex.key in gold_keys]
+    if offenders:
+        shown = "\n  ".join(f"{ex.origin}: {ex.user[:80]!r}" for ex in offenders[:MAX_OFFENDERS_SHOWN])
+        raise InputError(
+            f"{len(offenders)} training example(s) match gold inputs; gold never enters training. "
+            f"Remove them or move them out of gold:\n  {shown}"
+        )
+
+
+def dedup(examples: list[Example]) -> tuple[list[Example], int]:
+    """Return examples with the first of each normalised user text kept, and the count dropped."""
+    seen: set[str] = set()
+    kept = []
+    for ex in examples:
+        if ex.key not in seen:
+            seen.add(ex.key)
+            kept.append(ex)
+    return kept, len(examples) - len(kept)
+
+
+def split_dev(
+    examples: list[Example], *, fraction: float, dev_min: int, dev_max: int, seed: int
+) -> tuple[list[Example], list[Example]]:
+    """Return (train, dev): dev holds the examples ranked lowest by a seeded hash of their user text.
+
+    The rank of an example never changes as canonical grows, so the dev split is stable
+    across rounds; both lists keep the file order.
+    """
+    if len(examples) < 2:
+        raise InputError(
+            f"{len(examples)} training example(s): at least 2 are needed (one for the dev split)"
+        )
+    size = min(max(round(len(examples) * fraction), dev_min), dev_max, len(examples) - 1)
+
+    def rank(ex: Example) -> str:
+        return hashlib.sha256(f"{seed}\x00{ex.key}".encode()).hexdigest()
+
+    dev_keys = {ex.key for ex in sorted(examples, key=rank)[:size]}
+    train = [ex for ex in examples if ex.key not in dev_keys]
+    dev = [ex for ex in examples if ex.key in dev_keys]
+    return train, dev
+
+
+def load_project_data(project: Project, task: TaskConfig) -> ProjectData:
+    """Return the project's train/dev/gold data, merging seed into canonical on first use."""
+    system_prompt = read_system_prompt(project, task)
+    gold = read_gold(project, task)
+    canonical_path = project.resolve(task.canonical_path)
+    canonical = read_examples(canonical_path, required=False)
+    seed = read_examples(project.resolve(task.seed_path), required=False)
+    check_gold_overlap(canonical + seed, gold)
+
+    known = {ex.key for ex in canonical}
+    new_seed = [ex for ex in seed if ex.key not in known]
+    if new_seed:
+        for ex in new_seed:
+            ex.meta.setdefault("source", "seed")
+        canonical = canonical + new_seed
+        atomic_write_jsonl(canonical_path, (ex.to_record() for ex in canonical))
+        log.info("merged %d seed example(s) into %s", len(new_seed), canonical_path)
+
+    examples, dropped = dedup(canonical)
+    if dropped:
+        log.warning(
+            "%s: dropped %d duplicate example(s) (same normalised user text)", canonical_path, dropped
+        )
+    if not examples:
+        raise InputError(f"{canonical_path}: no training examples; add lines to the seed or canonical set")
+    train, dev = split_dev(
+        examples, fraction=task.dev_fraction, dev_min=task.dev_min, dev_max=task.dev_max, seed=task.split_seed
+    )
+    return ProjectData(
+        system_prompt=system_prompt,
+        train=train,
+        dev=dev,
+        gold=gold,
+        duplicates_dropped=dropped,
+        seed_merged=len(new_seed),
+    )

@@ -1,0 +1,32 @@
+"""Error types and the exit codes they map to (see docs/cli.md)."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 1  # bad configuration or input: do not retry
+EXIT_RUNTIME = 2  # runtime failure: a retry may help
+EXIT_GATE = 3  # gate refused / target not reached
+
+
+class ForgeError(Exception):
+    """Base class: an error forge-ml reports to the user with an exit code."""
+
+    exit_code = EXIT_RUNTIME
+
+
+class ConfigError(ForgeError):
+    """A configuration value or key is wrong; the message names the key."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class InputError(ForgeError):
+    """A project file or argument is wrong; the message names the file (and line)."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class RuntimeFault(ForgeError):
+    """Something failed while running (training crashed, a service is down)."""
+
+    exit_code = EXIT_RUNTIME

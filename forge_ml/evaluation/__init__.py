@@ -1,0 +1,1 @@
+"""Evaluation: batched generation, scorers, and reports."""

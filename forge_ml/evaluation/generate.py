@@ -1,0 +1,71 @@
+"""Batched greedy generation with left padding."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    ids: list[int] = []
+    configured = getattr(model.generation_config, "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.append(configured)
+    elif configured:
+        ids.extend(configured)
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    return ids
+
+
+def generate_batched(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    *,
+    batch_size: int,
+    max_new_tokens: int,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[str]:
+    """Return the greedy completion of each prompt, in input order.
+
+    Prompts are grouped by length so a batch pads little; padding goes on the left so every
+    sequence ends where generation starts.
+    """
+    import torch
+
+    encoded = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
+    outputs: list[str] = [""] * len(prompts)
+    pad_id = tokenizer.pad_token_id
+    eos_ids = _eos_ids(model, tokenizer)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            width = max(len(encoded[i]) for i in idx)
+            input_ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
+            attention = torch.zeros((len(idx), width), dtype=torch.long)
+            for row, i in enumerate(idx):
+                ids = encoded[i]
+                input_ids[row, width - len(ids) :] = torch.tensor(ids)
+                attention[row, width - len(ids) :] = 1
+            with torch.inference_mode():
+                generated = model.generate(
+                    input_ids=input_ids.to(device),
+                    attention_mask=attention.to(device),
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=pad_id,
+                    eos_token_id=eos_ids,
+                )
+            for row, i in enumerate(idx):
+                new_tokens = generated[row, width:]
+                outputs[i] = tokenizer.decode(new_tokens, skip_special_tokens=True).strip()
+            if on_batch is not None:
+                on_batch(len(idx))
+    finally:
+        model.train(was_training)
+    return outputs

@@ -1,0 +1,100 @@
+"""Score generations and write the eval report files."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forge_ml.config import EvalConfig
+from forge_ml.data.examples import Example
+from forge_ml.evaluation.scorers import Scorer, category_of
+from forge_ml.fileio import atomic_write_json, atomic_write_jsonl
+
+
+@dataclass
+class ScoredExample:
+    input: str
+    expected: str
+    actual: str
+    category: str
+    score: float
+    forbidden: str | None = None  # the forbidden-output pattern it matched
+
+
+@dataclass
+class EvalReport:
+    """accuracy = mean score; correct = examples scoring 1; failures = the rest."""
+
+    accuracy: float
+    correct: int
+    total: int
+    failure_count: int
+    per_category: dict[str, dict[str, float]]
+    forbidden_count: int = 0
+    items: list[ScoredExample] = field(default_factory=list, repr=False)
+
+    @property
+    def failures(self) -> list[ScoredExample]:
+        return [item for item in self.items if item.score < 1.0]
+
+    def summary(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("items")
+        return data
+
+
+def score_outputs(examples: list[Example], outputs: list[str], scorer: Scorer, cfg: EvalConfig) -> EvalReport:
+    """Return the report of `outputs` against the examples' expected answers."""
+    forbidden = [re.compile(p) for p in cfg.forbidden_outputs]
+    items = []
+    for ex, actual in zip(examples, outputs, strict=True):
+        hit = next((p.pattern for p in forbidden if p.search(actual)), None)
+        score = 0.0 if hit else scorer(ex.assistant, actual)
+        items.append(
+            ScoredExample(ex.user, ex.assistant, actual, category_of(ex.meta, ex.assistant, cfg), score, hit)
+        )
+    buckets: dict[str, list[float]] = defaultdict(list)
+    for item in items:
+        buckets[item.category].append(item.score)
+    per_category = {
+        name: {"accuracy": sum(s) / len(s), "correct": sum(1 for x in s if x >= 1.0), "total": len(s)}
+        for name, s in sorted(buckets.items())
+    }
+    correct = sum(1 for item in items if item.score >= 1.0)
+    total = len(items)
+    return EvalReport(
+        accuracy=sum(item.score for item in items) / total if total else 0.0,
+        correct=correct,
+        total=total,
+        failure_count=total - correct,
+        per_category=per_category,
+        forbidden_count=sum(1 for item in items if item.forbidden),
+        items=items,
+    )
+
+
+def write_report(
+    report: EvalReport, output_dir: Path, extra: dict[str, Any] | None = None
+) -> tuple[Path, Path]:
+    """Write eval_results.json and eval_failures.jsonl into `output_dir`; return both paths."""
+    results = output_dir / "eval_results.json"
+    failures = output_dir / "eval_failures.jsonl"
+    atomic_write_json(results, {**report.summary(), **(extra or {})})
+    atomic_write_jsonl(
+        failures,
+        (
+            {
+                "input": f.input,
+                "expected": f.expected,
+                "actual": f.actual,
+                "category": f.category,
+                "score": f.score,
+            }
+            | ({"forbidden": f.forbidden} if f.forbidden else {})
+            for f in report.failures
+        ),
+    )
+    return results, failures

@@ -1,0 +1,105 @@
+"""Scorers: each returns a score in [0, 1] for (expected, actual)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from forge_ml.config import EvalConfig
+from forge_ml.errors import InputError, RuntimeFault
+
+Scorer = Callable[[str, str], float]
+
+
+def parse_json(text: str) -> Any:
+    """Return the JSON value in `text` (first object if there is trailing text), or raise ValueError."""
+    text = text.strip()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        start = text.find("{")
+        if start < 0:
+            raise ValueError("no JSON object") from None
+        value, _ = json.JSONDecoder().raw_decode(text[start:])
+        return value
+
+
+def exact(expected: str, actual: str) -> float:
+    return float(expected.strip() == actual.strip())
+
+
+def json_match(expected: str, actual: str) -> float:
+    try:
+        return float(parse_json(expected) == parse_json(actual))
+    except ValueError:
+        return 0.0
+
+
+def json_field(field: str) -> Scorer:
+    def score(expected: str, actual: str) -> float:
+        try:
+            want, got = parse_json(expected), parse_json(actual)
+        except ValueError:
+            return 0.0
+        if not isinstance(want, dict) or not isinstance(got, dict):
+            return 0.0
+        return float(field in got and got.get(field) == want.get(field))
+
+    return score
+
+
+def load_custom_scorer(path: Path) -> Scorer:
+    """Return `score` from the project's scorer.py, checked to be callable."""
+    if not path.is_file():
+        raise InputError(
+            f"{path}: eval.scorer=custom needs this file defining score(expected, actual) -> float"
+        )
+    spec = importlib.util.spec_from_file_location("forge_project_scorer", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise InputError(f"{path}: failed to import ({type(exc).__name__}: {exc})") from exc
+    fn = getattr(module, "score", None)
+    if not callable(fn):
+        raise InputError(f"{path}: defines no function score(expected, actual) -> float")
+
+    def score(expected: str, actual: str) -> float:
+        try:
+            value = float(fn(expected, actual))
+        except Exception as exc:
+            raise RuntimeFault(f"{path}: score() raised {type(exc).__name__}: {exc}") from exc
+        if math.isnan(value) or not 0.0 <= value <= 1.0:
+            raise InputError(f"{path}: score() returned {value!r}; scores must lie in [0, 1]")
+        return value
+
+    return score
+
+
+def make_scorer(cfg: EvalConfig, project_root: Path) -> Scorer:
+    """Return the scorer that `eval.scorer` names."""
+    if cfg.scorer == "exact":
+        return exact
+    if cfg.scorer == "json_match":
+        return json_match
+    if cfg.scorer == "json_cmd":
+        return json_field(cfg.json_field)
+    path = Path(cfg.scorer_path)
+    return load_custom_scorer(path if path.is_absolute() else project_root / path)
+
+
+def category_of(example_meta: dict[str, Any], expected: str, cfg: EvalConfig) -> str:
+    """Return an example's category: meta.category, else the json_field of the expected output."""
+    if example_meta.get("category") is not None:
+        return str(example_meta["category"])
+    try:
+        value = parse_json(expected)
+    except ValueError:
+        return "uncategorized"
+    if isinstance(value, dict) and cfg.json_field in value:
+        return str(value[cfg.json_field])
+    return "uncategorized"

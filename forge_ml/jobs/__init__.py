@@ -1,0 +1,1 @@
+"""What the CLI commands run: each job takes a validated ForgeConfig."""

@@ -1,0 +1,84 @@
+"""`forge-ml status`: dataset sizes and the latest scores, as rich tables."""
+
+from __future__ import annotations
+
+import json
+
+from rich.table import Table
+
+from forge_ml.config import ForgeConfig
+from forge_ml.data.examples import read_examples
+from forge_ml.project import Project
+from forge_ml.tracking import client_for, experiment_name, runs_table
+
+
+def dataset_table(cfg: ForgeConfig, project: Project) -> Table:
+    table = Table(title="datasets")
+    for column in ("set", "examples", "file"):
+        table.add_column(column)
+    for label, rel in (
+        ("seed", cfg.task.seed_path),
+        ("canonical", cfg.task.canonical_path),
+        ("gold", cfg.task.gold_path),
+    ):
+        path = project.resolve(rel)
+        count = len(read_examples(path, required=False))
+        table.add_row(
+            label,
+            str(count),
+            str(path.relative_to(project.root)) if path.is_relative_to(project.root) else str(path),
+        )
+    return table
+
+
+def scores_table(project: Project) -> Table | None:
+    path = project.output / "eval_results.json"
+    if not path.is_file():
+        return None
+    results = json.loads(path.read_text())
+    table = Table(
+        title=f"latest eval ({results.get('split', 'gold')}): accuracy {results['accuracy']:.3f} "
+        f"({results['correct']}/{results['total']})"
+    )
+    for column in ("category", "accuracy", "correct", "total"):
+        table.add_column(column)
+    for name, stats in results.get("per_category", {}).items():
+        table.add_row(name, f"{stats['accuracy']:.3f}", str(stats["correct"]), str(stats["total"]))
+    return table
+
+
+def runs_summary(cfg: ForgeConfig, project: Project, limit: int = 5) -> Table | None:
+    db = project.root / "mlflow.db"
+    if cfg.tracking.uri is None and not db.exists():
+        return None
+    client = client_for(cfg, project)
+    exp = client.get_experiment_by_name(experiment_name(cfg))
+    if exp is None:
+        return None
+    table = Table(title=f"latest MLflow runs ({experiment_name(cfg)})")
+    for column in ("run", "status", "dev/loss", "dev/accuracy", "gold/accuracy", "started"):
+        table.add_column(column)
+    for run in runs_table(client, [exp.experiment_id], limit):
+        m = run.data.metrics
+        started = run.info.start_time
+
+        def fmt(key: str, m=m) -> str:
+            return f"{m[key]:.3f}" if key in m else "-"
+
+        from datetime import datetime
+
+        when = datetime.fromtimestamp(started / 1000).strftime("%Y-%m-%d %H:%M") if started else "-"
+        table.add_row(
+            f"{run.info.run_name} ({run.info.run_id[:8]})",
+            run.info.status,
+            fmt("dev/loss"),
+            fmt("dev/accuracy"),
+            fmt("gold/accuracy"),
+            when,
+        )
+    return table
+
+
+def status_tables(cfg: ForgeConfig, project: Project) -> list[Table]:
+    tables = [dataset_table(cfg, project), scores_table(project), runs_summary(cfg, project)]
+    return [t for t in tables if t is not None]

@@ -1,0 +1,136 @@
+"""`forge-ml train`: one LoRA run, read top to bottom as setup data → setup model → train → evaluate.
+
+Everything the run produces lands in MLflow (params, per-epoch metrics, datasets, adapter,
+eval results) and in the project's output/ directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forge_ml.config import ForgeConfig
+from forge_ml.console import console
+from forge_ml.data.chat import sft_dataset
+from forge_ml.data.project_data import ProjectData, load_project_data
+from forge_ml.evaluation.evaluate import evaluate_examples
+from forge_ml.evaluation.report import EvalReport, write_report
+from forge_ml.evaluation.scorers import make_scorer
+from forge_ml.fileio import atomic_write_json
+from forge_ml.models.adapters import peft_config_for
+from forge_ml.models.loader import BaseModelRef, load_base_model, load_tokenizer, resolve_base
+from forge_ml.project import Project
+from forge_ml.tracking import TrackedRun, Tracker, config_params
+from forge_ml.training import train_sft
+
+log = logging.getLogger(__name__)
+LAST_TRAIN = "last_train.json"
+
+
+@dataclass
+class TrainSummary:
+    run_id: str
+    adapter_dir: Path
+    base: BaseModelRef
+    dev: EvalReport
+    gold: EvalReport
+    history: list[dict[str, float]] = field(default_factory=list)
+    tokens_per_s: float = 0.0
+
+
+def _log_data(run: TrackedRun, cfg: ForgeConfig, project: Project, data: ProjectData) -> None:
+    hashes = data.hashes
+    run.log_params(
+        {
+            "data.train_size": len(data.train),
+            "data.dev_size": len(data.dev),
+            "data.gold_size": len(data.gold),
+            "data.duplicates_dropped": data.duplicates_dropped,
+        }
+    )
+    run.set_tags({f"forge.data.{name}_hash": digest for name, digest in hashes.items()})
+    if not cfg.tracking.log_datasets:
+        return
+    canonical = project.resolve(cfg.task.canonical_path)
+    run.log_dataset("train", data.train, hashes["train"], canonical, "training")
+    run.log_dataset("dev", data.dev, hashes["dev"], canonical, "validation")
+    run.log_dataset("gold", data.gold, hashes["gold"], project.resolve(cfg.task.gold_path), "evaluation")
+
+
+def _eval_metrics(prefix: str, report: EvalReport) -> dict[str, float]:
+    metrics = {f"{prefix}/accuracy": report.accuracy, f"{prefix}/failures": float(report.failure_count)}
+    for name, stats in report.per_category.items():
+        metrics[f"{prefix}/accuracy/{name}"] = stats["accuracy"]
+    return metrics
+
+
+def run_train(
+    cfg: ForgeConfig, *, run_name: str = "train", tags: dict[str, Any] | None = None
+) -> TrainSummary:
+    """Train one adapter on the project's data, evaluate it on dev and gold, record it all; return the summary."""
+    project = Project(Path(cfg.project_dir))
+    data = load_project_data(project, cfg.task)
+    scorer = make_scorer(cfg.eval, project.root)  # fail on a broken scorer.py before training
+    base = resolve_base(cfg, project, data.training_text())
+    tokenizer = load_tokenizer(base, cfg.model, project)
+    role = cfg.model.system_role
+    train_ds = sft_dataset(data.train, tokenizer, data.system_prompt, system_role=role)
+    dev_ds = sft_dataset(data.dev, tokenizer, data.system_prompt, system_role=role)
+
+    tracker = Tracker(cfg, project)
+    with tracker.start_run(run_name, tags) as run:
+        run.log_params(config_params(cfg))
+        run.log_params({"model.source": base.source})
+        _log_data(run, cfg, project, data)
+
+        adapter_dir = project.output / "adapters" / run.run_id
+        scratch = project.output / "tmp" / run.run_id
+        model = load_base_model(base, cfg)
+        outcome = train_sft(
+            cfg,
+            model,
+            tokenizer,
+            train_ds,
+            dev_ds,
+            adapter_dir,
+            on_epoch=run.log_metrics,
+            peft_config=peft_config_for(cfg),
+            scratch_dir=scratch,
+            tqdm=console.is_terminal,
+        )
+        shutil.rmtree(scratch, ignore_errors=True)
+        run.log_metrics(
+            {"train/tokens_per_s": outcome.tokens_per_s, "train/runtime_s": outcome.train_runtime_s}
+        )
+
+        kwargs = {"system_prompt": data.system_prompt, "system_role": role, "cfg": cfg.eval, "scorer": scorer}
+        dev = evaluate_examples(outcome.model, tokenizer, data.dev, label="dev", **kwargs)
+        gold = evaluate_examples(outcome.model, tokenizer, data.gold, label="gold", **kwargs)
+        step = cfg.training.epochs
+        run.log_metrics({**_eval_metrics("dev", dev), **_eval_metrics("gold", gold)}, step=step)
+
+        extra = {
+            "run_id": run.run_id,
+            "adapter": str(adapter_dir),
+            "base_model": base.source,
+            "split": "gold",
+        }
+        results, failures = write_report(gold, project.output, extra)
+        run.log_artifact(results, "eval")
+        run.log_artifact(failures, "eval")
+        if cfg.tracking.log_adapter:
+            run.log_artifacts(adapter_dir, "adapter")
+        atomic_write_json(
+            project.output / LAST_TRAIN,
+            {
+                "run_id": run.run_id,
+                "adapter": str(adapter_dir),
+                "base_model": base.source,
+                "gold_accuracy": gold.accuracy,
+                "dev_accuracy": dev.accuracy,
+            },
+        )
+    return TrainSummary(run.run_id, adapter_dir, base, dev, gold, outcome.history, outcome.tokens_per_s)

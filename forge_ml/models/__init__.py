@@ -1,0 +1,1 @@
+"""Base models (Hub id, local directory or the locally built tiny model) and their adapters."""

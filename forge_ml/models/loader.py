@@ -1,0 +1,131 @@
+"""Load a base model and tokenizer for training or evaluation."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from forge_ml.config import ForgeConfig, LoraConfig, ModelConfig
+from forge_ml.errors import ConfigError, InputError
+from forge_ml.models.source import resolve_model_source
+from forge_ml.models.tiny import build_tiny_model
+from forge_ml.project import Project
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BaseModelRef:
+    """A resolved base model: where it loads from, with the revision pinned by config."""
+
+    source: str  # absolute local directory or Hub id
+    revision: str | None
+    built_locally: bool
+
+
+def resolve_base(cfg: ForgeConfig, project: Project, training_text: list[str]) -> BaseModelRef:
+    """Return the base model reference, building the tiny model when `model=tiny`."""
+    if cfg.model.is_tiny:
+        path = build_tiny_model(training_text, cfg.model.tiny, project.output / "models")
+        return BaseModelRef(source=str(path), revision=None, built_locally=True)
+    source = resolve_model_source(cfg.model.name_or_path, project)
+    return BaseModelRef(source=source, revision=cfg.model.revision, built_locally=False)
+
+
+def torch_dtype(name: str):
+    """Return the torch dtype for a config name; 'auto' means bf16 on capable CUDA, else fp32."""
+    import torch
+
+    if name == "auto":
+        if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def _hub_error(ref: BaseModelRef, exc: Exception) -> InputError:
+    return InputError(
+        f"model.name_or_path: could not load {ref.source!r} ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
+        "check the id, HF_TOKEN for gated models, or download it and point to the local directory"
+    )
+
+
+def load_tokenizer(ref: BaseModelRef, model_cfg: ModelConfig, project: Project) -> Any:
+    """Return the tokenizer, with the configured chat template and a pad token."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            ref.source, revision=ref.revision, trust_remote_code=model_cfg.trust_remote_code
+        )
+    except (OSError, ValueError) as exc:
+        raise _hub_error(ref, exc) from exc
+    if model_cfg.chat_template:
+        path = project.resolve(model_cfg.chat_template)
+        if not path.is_file():
+            raise InputError(f"model.chat_template: {path} not found")
+        tokenizer.chat_template = path.read_text(encoding="utf-8")
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(
+            f"model.chat_template: {ref.source} ships no chat template; set model.chat_template to a Jinja file"
+        )
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = model_cfg.pad_token or tokenizer.eos_token
+    return tokenizer
+
+
+def quantization_config(lora: LoraConfig) -> Any:
+    """Return the bitsandbytes 4-bit config for QLoRA (CUDA only)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError("lora.method=qlora needs a CUDA GPU; use lora=default on this machine")
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        raise ConfigError("lora.method=qlora needs bitsandbytes: pip install 'forge-ml[qlora]'") from None
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type=lora.quant_type,
+        bnb_4bit_use_double_quant=lora.double_quant,
+        bnb_4bit_compute_dtype=torch_dtype(lora.compute_dtype),
+    )
+
+
+def load_base_model(ref: BaseModelRef, cfg: ForgeConfig) -> Any:
+    """Return the base causal LM, quantized to 4-bit when `lora.method=qlora`."""
+    from transformers import AutoModelForCausalLM
+
+    kwargs: dict[str, Any] = {
+        "revision": ref.revision,
+        "trust_remote_code": cfg.model.trust_remote_code,
+        "dtype": torch_dtype(cfg.model.dtype),
+    }
+    if cfg.lora.method == "qlora":
+        kwargs["quantization_config"] = quantization_config(cfg.lora)
+        kwargs["device_map"] = {"": 0}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(ref.source, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise _hub_error(ref, exc) from exc
+    if cfg.lora.method == "qlora":
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=cfg.training.gradient_checkpointing
+        )
+    return model
+
+
+def adapter_base(adapter_dir: Path) -> str | None:
+    """Return the base model path recorded in a saved PEFT adapter, if any."""
+    import json
+
+    config = adapter_dir / "adapter_config.json"
+    if not config.is_file():
+        return None
+    return json.loads(config.read_text()).get("base_model_name_or_path")

@@ -1,0 +1,43 @@
+"""Redaction of anything that looks like a credential before it reaches logs or trackers."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+REDACTED = "***redacted***"
+_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|credential|auth)", re.IGNORECASE)
+_SECRET_VALUE = re.compile(
+    r"(sk-ant-[\w-]{8,}|sk-[A-Za-z0-9_-]{16,}|hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}"
+    r"|AKIA[0-9A-Z]{16}|xox[abpr]-[\w-]{10,}|://[^/\s:@]+:[^/\s@]+@)"
+)
+
+
+def looks_secret(key: str, value: Any) -> bool:
+    if _SECRET_KEY.search(key.rsplit(".", 1)[-1]) and value not in (None, "", False):
+        return True
+    return isinstance(value, str) and bool(_SECRET_VALUE.search(value))
+
+
+def redact_text(text: str) -> str:
+    """Return `text` with secret-looking substrings replaced."""
+    return _SECRET_VALUE.sub(REDACTED, text)
+
+
+def redact_mapping(flat: dict[str, Any]) -> dict[str, Any]:
+    """Return a copy of a flat mapping with secret-looking keys or values replaced."""
+    return {k: (REDACTED if looks_secret(k, v) else v) for k, v in flat.items()}
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """Return a nested mapping flattened to dotted keys (lists kept as values)."""
+    if not isinstance(data, dict):
+        return {prefix: data}
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, name))
+        else:
+            flat[name] = value
+    return flat

@@ -1,0 +1,177 @@
+"""Every MLflow write goes through here: experiments, runs, params, metrics, datasets, artifacts."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from forge_ml.config import ForgeConfig, config_hash, config_to_dict
+from forge_ml.data.examples import Example
+from forge_ml.errors import RuntimeFault
+from forge_ml.project import Project
+from forge_ml.secrets import flatten, redact_mapping
+
+log = logging.getLogger(__name__)
+
+MAX_PARAM_VALUE = 6000
+BATCH = 100  # MLflow's limit of params per log_batch call
+
+
+def tracking_uri(cfg: ForgeConfig, project: Project) -> str:
+    return cfg.tracking.uri or project.default_tracking_uri
+
+
+def experiment_name(cfg: ForgeConfig) -> str:
+    return cfg.tracking.experiment or cfg.name
+
+
+def client_for(cfg: ForgeConfig, project: Project):
+    """Return an MlflowClient on the project's tracking (and registry) URI."""
+    from mlflow import MlflowClient
+
+    uri = tracking_uri(cfg, project)
+    return MlflowClient(tracking_uri=uri, registry_uri=cfg.tracking.registry_uri or uri)
+
+
+def ensure_experiment(client: Any, name: str) -> str:
+    """Return the id of experiment `name`, creating (or restoring) it."""
+    from mlflow.exceptions import MlflowException
+
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        try:
+            return client.create_experiment(name)
+        except MlflowException:  # created concurrently by another job
+            exp = client.get_experiment_by_name(name)
+    if exp.lifecycle_stage == "deleted":
+        client.restore_experiment(exp.experiment_id)
+    return exp.experiment_id
+
+
+def git_commit(path: Path) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+class TrackedRun:
+    """One MLflow run; as a context manager it ends FINISHED, FAILED on error, KILLED on Ctrl-C."""
+
+    def __init__(self, client: Any, run_id: str) -> None:
+        self.client = client
+        self.run_id = run_id
+
+    def __enter__(self) -> TrackedRun:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.finish("FINISHED")
+        elif issubclass(exc_type, KeyboardInterrupt):
+            self.set_tags({"forge.error": "interrupted"})
+            self.finish("KILLED")
+        else:
+            self.set_tags({"forge.error": f"{exc_type.__name__}: {str(exc)[:500]}"})
+            self.finish("FAILED")
+
+    def finish(self, status: str) -> None:
+        self.client.set_terminated(self.run_id, status=status)
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [
+            Param(k, str(v)[:MAX_PARAM_VALUE])
+            for k, v in redact_mapping(dict(params)).items()
+            if k and v is not None
+        ]
+        for start in range(0, len(items), BATCH):
+            self.client.log_batch(self.run_id, params=items[start : start + BATCH])
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, step or 0) for k, v in metrics.items()]
+        if items:
+            self.client.log_batch(self.run_id, metrics=items)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        from mlflow.entities import RunTag
+
+        clean = redact_mapping({k: v for k, v in tags.items() if v is not None})
+        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in clean.items()])
+
+    def log_dataset(
+        self, name: str, examples: list[Example], digest: str, source: Path, context: str
+    ) -> None:
+        """Record a dataset as an MLflow dataset input, with its content hash as digest."""
+        import mlflow.data
+        import pandas as pd
+        from mlflow.entities import DatasetInput, InputTag
+
+        frame = pd.DataFrame(
+            {
+                "user": [e.user for e in examples],
+                "assistant": [e.assistant for e in examples],
+                "category": [e.category for e in examples],
+            }
+        )
+        dataset = mlflow.data.from_pandas(frame, source=str(source), name=name, digest=digest[:36])
+        tag = InputTag(key="mlflow.data.context", value=context)
+        self.client.log_inputs(self.run_id, datasets=[DatasetInput(dataset._to_mlflow_entity(), tags=[tag])])
+
+    def log_artifacts(self, local_dir: Path, artifact_path: str) -> None:
+        self.client.log_artifacts(self.run_id, str(local_dir), artifact_path)
+
+    def log_artifact(self, local_file: Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(self.run_id, str(local_file), artifact_path)
+
+
+class Tracker:
+    """The project's MLflow experiment; starts runs in it."""
+
+    def __init__(self, cfg: ForgeConfig, project: Project) -> None:
+        self.cfg = cfg
+        self.project = project
+        try:
+            self.client = client_for(cfg, project)
+            self.experiment_id = ensure_experiment(self.client, experiment_name(cfg))
+        except Exception as exc:
+            uri = tracking_uri(cfg, project)
+            raise RuntimeFault(
+                f"MLflow tracking at {uri} is unavailable ({type(exc).__name__}: {exc})"
+            ) from exc
+
+    def start_run(self, run_name: str, tags: Mapping[str, Any] | None = None) -> TrackedRun:
+        base = {
+            "forge.config_hash": config_hash(self.cfg),
+            "forge.git_commit": git_commit(self.project.root),
+            "forge.project": str(self.project.root),
+        }
+        clean = {k: str(v) for k, v in {**base, **(tags or {})}.items() if v is not None}
+        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=redact_mapping(clean))
+        return TrackedRun(self.client, run.info.run_id)
+
+
+def config_params(cfg: ForgeConfig) -> dict[str, Any]:
+    """Return the resolved config flattened to MLflow params (secrets redacted on logging)."""
+    return flatten(config_to_dict(cfg))
+
+
+def runs_table(client: Any, experiment_ids: Iterable[str], max_results: int = 10) -> list[Any]:
+    return client.search_runs(
+        list(experiment_ids), order_by=["attributes.start_time DESC"], max_results=max_results
+    )

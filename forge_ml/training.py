@@ -1,0 +1,160 @@
+"""One supervised fine-tuning run with TRL's SFTTrainer (+ PEFT): the only module that touches TRL.
+
+The run reports per-epoch `train/loss` and `dev/loss` through a callback hook, so the
+caller decides where metrics go (MLflow for `forge-ml train`, Ray Tune inside a trial).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forge_ml.config import ForgeConfig
+
+log = logging.getLogger(__name__)
+
+EpochHook = Callable[[dict[str, float], int], None]
+
+
+@dataclass
+class TrainOutcome:
+    output_dir: Path
+    model: Any = None  # the trained model (PEFT-wrapped for LoRA), ready for evaluation
+    history: list[dict[str, float]] = field(default_factory=list)  # one entry per epoch
+    train_tokens: int = 0  # tokens processed, all epochs
+    train_runtime_s: float = 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.train_tokens / self.train_runtime_s if self.train_runtime_s else 0.0
+
+    @property
+    def final(self) -> dict[str, float]:
+        return self.history[-1] if self.history else {}
+
+
+def mixed_precision(precision: str) -> tuple[bool, bool]:
+    """Return (bf16, fp16) for a `training.precision` value."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if precision == "auto":
+        bf16 = cuda and torch.cuda.is_bf16_supported()
+        return bf16, cuda and not bf16
+    return precision == "bf16", precision == "fp16"
+
+
+def sft_config(cfg: ForgeConfig, output_dir: Path, *, tqdm: bool = True) -> Any:
+    """Return TRL's SFTConfig for `cfg`: evaluate each epoch, save only at the end, report to no one."""
+    from trl import SFTConfig
+
+    bf16, fp16 = mixed_precision(cfg.training.precision)
+    t = cfg.training
+    return SFTConfig(
+        output_dir=str(output_dir),
+        num_train_epochs=t.epochs,
+        max_steps=t.max_steps,
+        learning_rate=t.learning_rate,
+        per_device_train_batch_size=t.batch_size,
+        per_device_eval_batch_size=max(t.batch_size, 8),
+        gradient_accumulation_steps=t.grad_accum,
+        warmup_steps=t.warmup_ratio,  # a float below 1 is a ratio of the total steps
+        weight_decay=t.weight_decay,
+        lr_scheduler_type=t.lr_scheduler,
+        max_grad_norm=t.max_grad_norm,
+        seed=t.seed,
+        data_seed=t.seed,
+        bf16=bf16,
+        fp16=fp16,
+        gradient_checkpointing=t.gradient_checkpointing,
+        max_length=t.max_seq_length,
+        logging_strategy="epoch",
+        eval_strategy="epoch",
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=not tqdm,
+        dataloader_num_workers=0,
+        remove_unused_columns=True,
+    )
+
+
+class _EpochMetrics:
+    """TrainerCallback that turns the trainer's epoch logs into (metrics, epoch) calls."""
+
+    def __init__(self, hook: EpochHook | None, history: list[dict[str, float]]) -> None:
+        from transformers import TrainerCallback
+
+        self.hook = hook
+        self.history = history
+        self.pending: dict[str, float] = {}
+        outer = self
+
+        class Callback(TrainerCallback):
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                outer.on_log(state, logs or {})
+
+        self.callback = Callback()
+
+    def on_log(self, state: Any, logs: dict[str, float]) -> None:
+        if "loss" in logs:
+            self.pending["train/loss"] = float(logs["loss"])
+        if "eval_loss" in logs:
+            epoch = round(state.epoch or 0)
+            metrics = {**self.pending, "dev/loss": float(logs["eval_loss"]), "epoch": float(epoch)}
+            self.pending = {}
+            self.history.append(metrics)
+            if self.hook is not None:
+                self.hook({k: v for k, v in metrics.items() if k != "epoch"}, epoch)
+
+
+def count_tokens(dataset: Any) -> int:
+    return sum(len(ids) for ids in dataset["input_ids"])
+
+
+def train_sft(
+    cfg: ForgeConfig,
+    model: Any,
+    tokenizer: Any,
+    train_dataset: Any,
+    dev_dataset: Any,
+    output_dir: Path,
+    *,
+    on_epoch: EpochHook | None = None,
+    peft_config: Any | None = None,
+    tqdm: bool = True,
+    scratch_dir: Path | None = None,
+) -> TrainOutcome:
+    """Train `model` on the tokenised datasets and save the adapter (or model) + tokenizer to `output_dir`."""
+    import torch
+    from trl import SFTTrainer
+
+    if cfg.training.threads:
+        torch.set_num_threads(cfg.training.threads)
+    outcome = TrainOutcome(output_dir=output_dir)
+    metrics = _EpochMetrics(on_epoch, outcome.history)
+    trainer = SFTTrainer(
+        model=model,
+        args=sft_config(cfg, scratch_dir or output_dir / "trainer", tqdm=tqdm),
+        train_dataset=train_dataset,
+        eval_dataset=dev_dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=[metrics.callback],
+    )
+    started = time.perf_counter()
+    result = trainer.train()
+    outcome.train_runtime_s = time.perf_counter() - started
+    steps_per_epoch = math.ceil(
+        len(trainer.train_dataset) / (cfg.training.batch_size * cfg.training.grad_accum)
+    )
+    epochs_done = result.global_step / steps_per_epoch if steps_per_epoch else 0
+    outcome.train_tokens = int(count_tokens(trainer.train_dataset) * epochs_done)
+    trainer.model.save_pretrained(str(output_dir))
+    tokenizer.save_pretrained(str(output_dir))
+    outcome.model = trainer.model
+    return outcome

@@ -1,0 +1,70 @@
+"""Shared fixtures: real projects in temp dirs, shrunk so the suite runs on 2 CPU cores."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from forge_ml.project import Project, init_project
+
+# A smaller tiny model and one short epoch: enough to exercise every stage quickly.
+FAST = [
+    "model.tiny.hidden_size=64",
+    "model.tiny.intermediate_size=128",
+    "model.tiny.vocab_size=512",
+    "training.epochs=2",
+    "training.batch_size=16",
+    "training.threads=2",
+    "eval.max_new_tokens=24",
+]
+
+
+def shrink_jsonl(path: Path, keep: int) -> None:
+    """Keep an even spread of `keep` lines (every k-th) so categories stay mixed."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    step = max(1, len(lines) // keep)
+    path.write_text("\n".join(lines[::step][:keep]) + "\n", encoding="utf-8")
+
+
+@pytest.fixture(autouse=True)
+def _clean_hydra():
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    yield
+    GlobalHydra.instance().clear()
+
+
+@pytest.fixture
+def example_project(tmp_path: Path) -> Project:
+    """The full drone-router example, copied into a temp dir."""
+    return init_project(tmp_path / "drone-router", example="drone-router")
+
+
+@pytest.fixture
+def small_project(tmp_path: Path) -> Project:
+    """drone-router with 240 training and 27 gold examples."""
+    project = init_project(tmp_path / "small", example="drone-router")
+    shrink_jsonl(project.root / "dataset" / "canonical.jsonl", 240)
+    shrink_jsonl(project.root / "dataset" / "gold.jsonl", 27)
+    return project
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 600):
+    """Run the installed `forge-ml` console script; return the CompletedProcess."""
+    exe = Path(sys.executable).with_name("forge-ml")
+    full_env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **(env or {})}
+    return subprocess.run(
+        [str(exe), *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def write_jsonl(path: Path, rows: list) -> None:
+    path.write_text(
+        "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8"
+    )

@@ -1,0 +1,121 @@
+"""The `forge-ml` console script: init, bad input (exit 1, clear message), help."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_cli, write_jsonl
+
+
+def test_init_scaffolds_a_project_that_composes(tmp_path):
+    result = run_cli("init", "my-task", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    root = tmp_path / "my-task"
+    for rel in (
+        "forge.yaml",
+        "BACKGROUND.md",
+        "mission.md",
+        "system_prompt.md",
+        "dataset/seed.jsonl",
+        "dataset/gold.jsonl",
+        "dataset/canonical.jsonl",
+    ):
+        assert (root / rel).exists(), rel
+    assert "name: my-task" in (root / "forge.yaml").read_text()
+    assert run_cli("status", cwd=root).returncode == 0
+
+
+def test_init_example_renames_and_keeps_comments(tmp_path):
+    result = run_cli("-p", str(tmp_path), "init", "router", "--example", "drone-router")
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "router" / "forge.yaml").read_text()
+    assert "name: router" in text and "# compare the" in text
+    assert (tmp_path / "router" / "generator.py").is_file()
+
+
+def test_init_refuses_a_non_empty_directory_and_unknown_examples(tmp_path):
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "file").write_text("keep me")
+    result = run_cli("init", "taken", cwd=tmp_path)
+    assert result.returncode == 1 and "not empty" in result.stderr
+    assert (tmp_path / "taken" / "file").read_text() == "keep me"
+    result = run_cli("init", "other", "--example", "nope", cwd=tmp_path)
+    assert result.returncode == 1 and "unknown example" in result.stderr
+    assert not (tmp_path / "other").exists()
+
+
+def test_commands_outside_a_project_say_how_to_start(tmp_path):
+    result = run_cli("train", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "forge-ml init" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ("lora.rank=8", "lora.rank"),
+        ("lora.r=-1", "lora.r: -1 is out of range"),
+        ("training.learning_rate=10", "training.learning_rate: 10.0 is out of range"),
+    ],
+)
+def test_bad_override_exits_1_naming_the_key(small_project, override, fragment):
+    result = run_cli("train", override, cwd=small_project.root)
+    assert result.returncode == 1, result.stderr
+    assert fragment in result.stderr
+    assert not (small_project.root / "mlflow.db").exists()  # refused before anything ran
+
+
+def test_multirun_with_one_bad_value_is_refused_up_front(small_project):
+    result = run_cli("train", "-m", "lora.r=4,0", cwd=small_project.root)
+    assert result.returncode == 1 and "lora.r: 0 is out of range" in result.stderr
+    assert not (small_project.root / "output" / "multirun").exists()
+
+
+def test_malformed_jsonl_line_names_file_and_line(small_project):
+    canonical = small_project.root / "dataset" / "canonical.jsonl"
+    lines = canonical.read_text().splitlines()
+    lines[6] = '{"messages": [ oops'
+    canonical.write_text("\n".join(lines) + "\n")
+    result = run_cli("train", cwd=small_project.root)
+    assert result.returncode == 1
+    assert f"{canonical}:7: not valid JSON" in result.stderr.replace("\n", "")
+
+
+def test_gold_overlap_exits_1_with_count_and_offender(small_project):
+    gold = json.loads((small_project.root / "dataset" / "gold.jsonl").read_text().splitlines()[3])
+    canonical = small_project.root / "dataset" / "canonical.jsonl"
+    with canonical.open("a") as fh:
+        fh.write(json.dumps(gold) + "\n")
+    result = run_cli("train", cwd=small_project.root)
+    assert result.returncode == 1
+    err = result.stderr.replace("\n", "")
+    assert "1 training example(s) match gold inputs" in err
+    assert "canonical.jsonl:241" in err
+
+
+def test_missing_local_model_path_exits_1_without_a_hub_lookup(small_project):
+    result = run_cli(
+        "train", "model.name_or_path=./weights/my-model", cwd=small_project.root, env={"HF_HUB_OFFLINE": "0"}
+    )
+    assert result.returncode == 1
+    assert "weights/my-model" in result.stderr and "not found" in result.stderr
+
+
+def test_empty_training_set_is_an_input_error(small_project):
+    write_jsonl(small_project.root / "dataset" / "canonical.jsonl", [])
+    write_jsonl(small_project.root / "dataset" / "seed.jsonl", [])
+    result = run_cli("train", cwd=small_project.root)
+    assert result.returncode == 1 and "no training examples" in result.stderr
+
+
+def test_eval_before_training_explains_what_to_do(small_project):
+    result = run_cli("eval", cwd=small_project.root)
+    assert result.returncode == 1 and "nothing trained yet" in result.stderr
+
+
+def test_hydra_cfg_flag_prints_the_composed_job_config(small_project):
+    result = run_cli("train", "--cfg", "job", "lora.r=16", cwd=small_project.root)
+    assert result.returncode == 0, result.stderr
+    assert "r: 16" in result.stdout and "name: small" in result.stdout

@@ -1,0 +1,114 @@
+"""Every shipped config composes and validates without loading weights; bad values name the key."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from forge_ml.compose import compose_config, expand_sweeps
+from forge_ml.config import validate_config
+from forge_ml.errors import ConfigError
+from forge_ml.project import init_project
+
+CONF = Path(str(resources.files("forge_ml") / "conf"))
+GROUPS = ["model", "lora", "training", "eval", "task", "tracking", "experiment"]
+
+
+def shipped_options() -> list[tuple[str, str]]:
+    return [(group, p.stem) for group in GROUPS for p in sorted((CONF / group).glob("*.yaml"))]
+
+
+@pytest.fixture
+def blank(tmp_path):
+    return init_project(tmp_path / "blank")
+
+
+def test_every_group_has_the_presets_the_docs_promise():
+    options = set(shipped_options())
+    for needed in [
+        ("model", "tiny"),
+        ("lora", "default"),
+        ("lora", "qlora"),
+        ("lora", "full"),
+        ("tracking", "local"),
+        ("tracking", "server"),
+    ]:
+        assert needed in options
+    assert len([o for o in options if o[0] == "model" and o[1] != "tiny"]) >= 3
+
+
+@pytest.mark.parametrize(("group", "option"), shipped_options())
+def test_shipped_config_composes_and_validates(blank, group, option):
+    overrides = [f"{group}={option}"]
+    if (group, option) == ("lora", "qlora"):
+        overrides.append("model=qwen2.5-0.5b-instruct")  # qlora quantizes a pretrained base
+    cfg = compose_config(blank, overrides)
+    assert cfg.project_dir == str(blank.root)
+    assert cfg.name == "blank"
+
+
+def test_every_shipped_file_says_how_to_use_it():
+    for group, option in shipped_options():
+        text = (CONF / group / f"{option}.yaml").read_text()
+        assert text.lstrip().startswith("#"), f"{group}/{option}.yaml has no header comment"
+
+
+def test_example_project_composes(example_project):
+    cfg = compose_config(example_project, [])
+    assert cfg.name == "drone-router"
+    assert cfg.eval.scorer == "json_cmd"
+    assert cfg.model.is_tiny and cfg.training.learning_rate == pytest.approx(3e-3)
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ("lora.rank=8", "lora.rank"),
+        ("lora.r=-1", "lora.r"),
+        ("training.learning_rate=10", "training.learning_rate"),
+        ("training.epochs=abc", "training.epochs"),
+        ("eval.scorer=fuzzy", "eval.scorer"),
+        ("+model.colour=red", "model.colour"),
+        ("model=no-such-preset", "model"),
+        ("tracking.uri=user:pw@host", "tracking.uri"),
+    ],
+)
+def test_bad_override_is_a_config_error_naming_the_key(blank, override, fragment):
+    with pytest.raises(ConfigError) as info:
+        compose_config(blank, [override])
+    assert fragment in str(info.value)
+    assert info.value.exit_code == 1
+
+
+def test_all_range_problems_are_reported_together():
+    with pytest.raises(ConfigError) as info:
+        validate_config(
+            {"name": "x", "project_dir": "/p", "lora": {"r": 0, "dropout": 2.0}, "training": {"epochs": 0}}
+        )
+    message = str(info.value)
+    for key in ("lora.r", "lora.dropout", "training.epochs"):
+        assert key in message
+
+
+def test_qlora_on_the_tiny_model_is_refused(blank):
+    with pytest.raises(ConfigError, match="qlora"):
+        compose_config(blank, ["lora=qlora"])
+
+
+def test_project_file_typo_is_caught(blank):
+    cfg_file = blank.config_file
+    cfg_file.write_text(cfg_file.read_text() + "training:\n  learnig_rate: 0.1\n")
+    with pytest.raises(ConfigError, match=r"training\.learnig_rate"):
+        compose_config(blank, [])
+
+
+def test_expand_sweeps_lists_each_job():
+    jobs = expand_sweeps(["lora.r=4,8", "training.epochs=1", "training.seed=range(1,3)"])
+    assert jobs == [
+        ["lora.r=4", "training.epochs=1", "training.seed=1"],
+        ["lora.r=4", "training.epochs=1", "training.seed=2"],
+        ["lora.r=8", "training.epochs=1", "training.seed=1"],
+        ["lora.r=8", "training.epochs=1", "training.seed=2"],
+    ]

@@ -1,0 +1,142 @@
+"""The data layer: line-precise errors, dedup, the gold guard, the dev split, hashing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from forge_ml.config import TaskConfig
+from forge_ml.data.examples import Example, dataset_hash, normalize_text, read_examples
+from forge_ml.data.project_data import dedup, load_project_data, split_dev
+from forge_ml.errors import InputError
+from tests.conftest import write_jsonl
+
+
+def rec(user: str, assistant: str = "ok", **meta) -> dict:
+    return {
+        "messages": [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}],
+        "meta": meta,
+    }
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        ("{not json", "not valid JSON"),
+        (json.dumps({"messages": [{"role": "assistant", "content": "x"}]}), "no user turn"),
+        (json.dumps({"messages": [{"role": "user", "content": "x"}]}), "no assistant turn"),
+        (json.dumps(rec("   ")), "user turn is empty"),
+        (
+            json.dumps({"messages": [{"role": "system", "content": "s"}, *rec("a")["messages"]]}),
+            "system turn",
+        ),
+        (json.dumps([1, 2]), "expected a JSON object"),
+        (json.dumps({"messages": [{"role": "tool", "content": "x"}]}), "role 'tool'"),
+    ],
+)
+def test_bad_line_names_file_and_line(tmp_path, line, fragment):
+    path = tmp_path / "data.jsonl"
+    write_jsonl(path, [rec("fine"), line])
+    with pytest.raises(InputError) as info:
+        read_examples(path)
+    assert f"{path}:2" in str(info.value)
+    assert fragment in str(info.value)
+
+
+def test_non_utf8_bytes_name_the_line(tmp_path):
+    path = tmp_path / "data.jsonl"
+    path.write_bytes(json.dumps(rec("a")).encode() + b"\n\xff\xfe bad\n")
+    with pytest.raises(InputError, match=r"data.jsonl:2: not valid UTF-8"):
+        read_examples(path)
+
+
+def test_blank_lines_are_skipped_and_meta_kept(tmp_path):
+    path = tmp_path / "data.jsonl"
+    write_jsonl(path, [rec("a", category="hover"), "", rec("b")])
+    examples = read_examples(path)
+    assert [e.user for e in examples] == ["a", "b"]
+    assert examples[0].category == "hover" and examples[1].category is None
+
+
+def test_normalize_text_ignores_case_spacing_and_edge_punctuation():
+    assert normalize_text("  Take OFF   now!! ") == normalize_text("take off now") == "take off now"
+    assert normalize_text("go to alpha, then land") != normalize_text("go to alpha then land")
+
+
+def test_dedup_keeps_first_of_each_normalized_text():
+    kept, dropped = dedup([Example("Land now", "a"), Example("land now!", "b"), Example("hover", "c")])
+    assert [(e.user, e.assistant) for e in kept] == [("Land now", "a"), ("hover", "c")]
+    assert dropped == 1
+
+
+def test_dev_split_is_deterministic_bounded_and_stable_as_data_grows():
+    examples = [Example(f"instruction {i}", "x") for i in range(200)]
+    train, dev = split_dev(examples, fraction=0.1, dev_min=5, dev_max=15, seed=0)
+    assert len(dev) == 15 and len(train) == 185
+    assert split_dev(examples, fraction=0.1, dev_min=5, dev_max=15, seed=0)[1] == dev
+    assert {e.key for e in dev}.isdisjoint(e.key for e in train)
+    # growing canonical keeps earlier dev examples in dev (uncapped)
+    _, dev_small = split_dev(examples[:100], fraction=0.2, dev_min=1, dev_max=1000, seed=0)
+    _, dev_big = split_dev(examples, fraction=0.2, dev_min=1, dev_max=1000, seed=0)
+    assert len({e.key for e in dev_small} & {e.key for e in dev_big}) >= 0.8 * len(dev_small)
+    assert split_dev(examples, fraction=0.1, dev_min=5, dev_max=15, seed=1)[1] != dev
+
+
+def test_dataset_hash_tracks_content():
+    a = [Example("a", "1"), Example("b", "2")]
+    assert dataset_hash(a) == dataset_hash([Example("a", "1"), Example("b", "2")])
+    assert dataset_hash(a) != dataset_hash([Example("a", "1"), Example("b", "3")])
+    assert len(dataset_hash(a)) == 64
+
+
+@pytest.fixture
+def project(tmp_path):
+    from forge_ml.project import init_project
+
+    project = init_project(tmp_path / "p")
+    write_jsonl(project.root / "dataset" / "gold.jsonl", [rec("gold one"), rec("gold two")])
+    return project
+
+
+def test_seed_is_merged_into_canonical_once(project):
+    write_jsonl(project.root / "dataset" / "seed.jsonl", [rec(f"seed {i}") for i in range(4)])
+    write_jsonl(
+        project.root / "dataset" / "canonical.jsonl", [rec(f"gen {i}", source="generate") for i in range(20)]
+    )
+    data = load_project_data(project, TaskConfig(dev_min=2))
+    assert data.seed_merged == 4
+    canonical = read_examples(project.root / "dataset" / "canonical.jsonl")
+    assert len(canonical) == 24 and canonical[-1].meta["source"] == "seed"
+    again = load_project_data(project, TaskConfig(dev_min=2))
+    assert again.seed_merged == 0
+    assert len(read_examples(project.root / "dataset" / "canonical.jsonl")) == 24
+    assert len(again.train) + len(again.dev) == 24
+
+
+def test_gold_overlap_is_refused_with_count_and_offenders(project):
+    rows = [rec(f"gen {i}") for i in range(10)] + [rec("GOLD one!"), rec("gold two")]
+    write_jsonl(project.root / "dataset" / "canonical.jsonl", rows)
+    before = (project.root / "dataset" / "canonical.jsonl").read_bytes()
+    with pytest.raises(InputError) as info:
+        load_project_data(project, TaskConfig())
+    message = str(info.value)
+    assert "2 training example(s) match gold inputs" in message
+    assert "canonical.jsonl:11" in message and "canonical.jsonl:12" in message
+    assert (project.root / "dataset" / "canonical.jsonl").read_bytes() == before
+
+
+def test_gold_never_reaches_training_text(project):
+    write_jsonl(project.root / "dataset" / "canonical.jsonl", [rec(f"gen {i}") for i in range(10)])
+    data = load_project_data(project, TaskConfig(dev_min=2))
+    assert not any("gold" in text for text in data.training_text())
+
+
+def test_empty_gold_and_missing_system_prompt_are_input_errors(project):
+    write_jsonl(project.root / "dataset" / "canonical.jsonl", [rec(f"gen {i}") for i in range(10)])
+    (project.root / "dataset" / "gold.jsonl").write_text("")
+    with pytest.raises(InputError, match="gold set is empty"):
+        load_project_data(project, TaskConfig())
+    (project.root / "system_prompt.md").unlink()
+    with pytest.raises(InputError, match=r"system_prompt\.md"):
+        load_project_data(project, TaskConfig())

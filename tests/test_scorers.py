@@ -1,0 +1,100 @@
+"""Scorers as a table, plus forbidden outputs, categories and the report files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from forge_ml.config import EvalConfig
+from forge_ml.data.examples import Example
+from forge_ml.errors import InputError, RuntimeFault
+from forge_ml.evaluation.report import score_outputs, write_report
+from forge_ml.evaluation.scorers import make_scorer
+
+CMD = '{"cmd": "hover", "args": {"duration_s": 10}}'
+
+
+@pytest.mark.parametrize(
+    ("scorer", "expected", "actual", "score"),
+    [
+        ("exact", "yes", " yes\n", 1.0),
+        ("exact", "yes", "Yes", 0.0),
+        ("json_cmd", CMD, '{"cmd": "hover", "args": {}}', 1.0),
+        ("json_cmd", CMD, '{"cmd": "land", "args": {"duration_s": 10}}', 0.0),
+        ("json_cmd", CMD, "hover please", 0.0),
+        ("json_cmd", CMD, '{"args": {}}', 0.0),
+        ("json_cmd", CMD, '{"cmd": "hover"} trailing words', 1.0),
+        ("json_match", CMD, '{"args": {"duration_s": 10}, "cmd": "hover"}', 1.0),
+        ("json_match", CMD, '{"cmd": "hover", "args": {"duration_s": 11}}', 0.0),
+        ("json_match", CMD, "[not json", 0.0),
+    ],
+)
+def test_builtin_scorers(tmp_path, scorer, expected, actual, score):
+    assert make_scorer(EvalConfig(scorer=scorer), tmp_path)(expected, actual) == score
+
+
+def test_json_cmd_compares_the_configured_field(tmp_path):
+    score = make_scorer(EvalConfig(scorer="json_cmd", json_field="action"), tmp_path)
+    assert score('{"action": "a", "cmd": "x"}', '{"action": "a", "cmd": "y"}') == 1.0
+
+
+def test_custom_scorer_from_project_file(tmp_path):
+    (tmp_path / "scorer.py").write_text("def score(expected, actual):\n    return 0.5 if actual else 0.0\n")
+    score = make_scorer(EvalConfig(scorer="custom"), tmp_path)
+    assert score("a", "b") == 0.5 and score("a", "") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("body", "error", "fragment"),
+    [
+        (None, InputError, "needs this file"),
+        ("x = 1\n", InputError, "defines no function score"),
+        ("raise ImportError('boom')\n", InputError, "failed to import"),
+    ],
+)
+def test_broken_custom_scorer_is_an_input_error(tmp_path, body, error, fragment):
+    if body is not None:
+        (tmp_path / "scorer.py").write_text(body)
+    with pytest.raises(error, match=fragment):
+        make_scorer(EvalConfig(scorer="custom"), tmp_path)
+
+
+def test_custom_scorer_that_raises_or_leaves_range_is_reported(tmp_path):
+    (tmp_path / "scorer.py").write_text("def score(e, a):\n    return 1 / 0 if a == 'x' else 7\n")
+    score = make_scorer(EvalConfig(scorer="custom"), tmp_path)
+    with pytest.raises(RuntimeFault, match="ZeroDivisionError"):
+        score("e", "x")
+    with pytest.raises(InputError, match=r"\[0, 1\]"):
+        score("e", "y")
+
+
+def test_report_counts_categories_and_forbidden_outputs(tmp_path):
+    cfg = EvalConfig(scorer="json_cmd", forbidden_outputs=[r"(?i)as an ai"])
+    examples = [
+        Example("a", '{"cmd": "land"}', {"category": "land"}),
+        Example("b", '{"cmd": "land"}', {"category": "land"}),
+        Example("c", '{"cmd": "rtl"}'),  # category from the json field
+        Example("d", '{"cmd": "rtl"}'),
+    ]
+    outputs = ['{"cmd": "land"}', '{"cmd": "rtl"}', '{"cmd": "rtl"}', 'As an AI {"cmd": "rtl"}']
+    report = score_outputs(examples, outputs, make_scorer(cfg, tmp_path), cfg)
+    assert (report.correct, report.total, report.failure_count, report.forbidden_count) == (2, 4, 2, 1)
+    assert report.accuracy == 0.5
+    assert report.per_category == {
+        "land": {"accuracy": 0.5, "correct": 1, "total": 2},
+        "rtl": {"accuracy": 0.5, "correct": 1, "total": 2},
+    }
+    results, failures = write_report(report, tmp_path, {"run_id": "r1"})
+    summary = json.loads(results.read_text())
+    assert {k: summary[k] for k in ("accuracy", "correct", "total", "failure_count", "run_id")} == {
+        "accuracy": 0.5,
+        "correct": 2,
+        "total": 4,
+        "failure_count": 2,
+        "run_id": "r1",
+    }
+    rows = [json.loads(line) for line in failures.read_text().splitlines()]
+    assert [r["input"] for r in rows] == ["b", "d"]
+    assert rows[1]["forbidden"] == "(?i)as an ai" and rows[1]["category"] == "rtl"
+    assert set(rows[0]) >= {"input", "expected", "actual", "category"}

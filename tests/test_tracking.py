@@ -1,0 +1,71 @@
+"""tracking.py against a real MLflow sqlite store: run status, params, redaction."""
+
+from __future__ import annotations
+
+import pytest
+from mlflow import MlflowClient
+
+from forge_ml.config import ForgeConfig
+from forge_ml.project import Project
+from forge_ml.secrets import REDACTED, flatten, redact_mapping, redact_text
+from forge_ml.tracking import Tracker, config_params
+
+
+@pytest.fixture
+def tracker(tmp_path):
+    cfg = ForgeConfig(name="track-test", project_dir=str(tmp_path))
+    return Tracker(cfg, Project(tmp_path))
+
+
+def status(tracker, run_id):
+    return MlflowClient(tracking_uri=tracker.client.tracking_uri).get_run(run_id).info.status
+
+
+def test_run_finishes_fails_or_is_killed(tracker):
+    with tracker.start_run("ok") as ok:
+        ok.log_metrics({"dev/loss": 1.5}, step=1)
+    with pytest.raises(RuntimeError), tracker.start_run("boom") as failed:
+        raise RuntimeError("training exploded")
+    with pytest.raises(KeyboardInterrupt), tracker.start_run("ctrl-c") as killed:
+        raise KeyboardInterrupt
+    assert status(tracker, ok.run_id) == "FINISHED"
+    assert status(tracker, failed.run_id) == "FAILED"
+    assert status(tracker, killed.run_id) == "KILLED"
+    run = tracker.client.get_run(failed.run_id)
+    assert run.data.tags["forge.error"] == "RuntimeError: training exploded"
+
+
+def test_experiment_is_the_project_name_on_sqlite_in_the_project(tracker, tmp_path):
+    assert tracker.client.tracking_uri == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert tracker.client.get_experiment(tracker.experiment_id).name == "track-test"
+    with tracker.start_run("r") as run:
+        pass
+    tags = tracker.client.get_run(run.run_id).data.tags
+    assert len(tags["forge.config_hash"]) == 12
+
+
+def test_params_are_the_flattened_config_with_secrets_redacted(tracker):
+    params = config_params(tracker.cfg)
+    assert params["lora.r"] == 8 and params["training.learning_rate"] == 2e-4
+    params |= {
+        "extra.api_key": "abc",
+        "extra.note": "token sk-ant-api03-abcdefghijklmnop",
+        "extra.plain": "fine",
+    }
+    with tracker.start_run("p") as run:
+        run.log_params(params)
+    logged = tracker.client.get_run(run.run_id).data.params
+    assert logged["lora.r"] == "8"
+    assert logged["extra.api_key"] == REDACTED and logged["extra.note"] == REDACTED
+    assert logged["extra.plain"] == "fine"
+
+
+def test_redaction_helpers():
+    assert redact_text("key=hf_abcdefghijklmnopqrstu and more") == f"key={REDACTED} and more"
+    assert redact_text("http://bob:hunter2@host:5000") == f"http{REDACTED}host:5000"
+    assert redact_mapping({"tracking.password": "x", "tracking.token": None, "a": 1}) == {
+        "tracking.password": REDACTED,
+        "tracking.token": None,
+        "a": 1,
+    }
+    assert flatten({"a": {"b": 1, "c": {"d": [1, 2]}}, "e": {}}) == {"a.b": 1, "a.c.d": [1, 2], "e": {}}

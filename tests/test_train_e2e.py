@@ -1,0 +1,69 @@
+"""End to end through the CLI: a Hydra multirun of real trainings, checked in MLflow; eval; status."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mlflow import MlflowClient
+
+from tests.conftest import FAST, run_cli
+
+SECRETS = {
+    "ANTHROPIC_API_KEY": "sk-ant-api03-SENTINELsecretvalue0001",
+    "HF_TOKEN": "hf_SENTINELsecretvalue00000001",
+}
+
+
+@pytest.mark.slow
+def test_multirun_leaves_one_complete_run_per_job_then_eval_and_status(small_project):
+    root = small_project.root
+    result = run_cli("train", "-m", "lora.r=4,8", *FAST, cwd=root, env=SECRETS)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("small")
+    runs = client.search_runs([exp.experiment_id], order_by=["params.`lora.r` ASC"])
+    assert len(runs) == 2
+    assert sorted(r.data.params["lora.r"] for r in runs) == ["4", "8"]
+    assert len({r.data.tags["forge.sweep"] for r in runs}) == 1
+    assert sorted(r.data.tags["forge.sweep_job"] for r in runs) == ["0", "1"]
+    for run in runs:
+        assert run.info.status == "FINISHED"
+        params = run.data.params
+        assert params["training.epochs"] == "2" and params["model.tiny.hidden_size"] == "64"
+        assert params["eval.scorer"] == "json_cmd" and int(params["data.gold_size"]) == 27
+        for metric in ("train/loss", "dev/loss"):
+            history = client.get_metric_history(run.info.run_id, metric)
+            assert [m.step for m in history] == [1, 2], metric
+        metrics = run.data.metrics
+        assert 0.0 <= metrics["gold/accuracy"] <= 1.0 and 0.0 <= metrics["dev/accuracy"] <= 1.0
+        assert any(k.startswith("gold/accuracy/") for k in metrics)
+        artifacts = [a.path for a in client.list_artifacts(run.info.run_id, "adapter")]
+        assert "adapter/adapter_config.json" in artifacts and "adapter/adapter_model.safetensors" in artifacts
+        contexts = {i.tags[0].value: i.dataset for i in run.inputs.dataset_inputs}
+        assert set(contexts) == {"training", "validation", "evaluation"}
+        assert contexts["training"].digest == run.data.tags["forge.data.train_hash"][:36]
+        logged = json.dumps([params, run.data.tags])
+        assert not any(secret in logged for secret in SECRETS.values())
+
+    # the .hydra dirs of the sweep hold no secret either
+    for saved in (root / "output" / "multirun").rglob("*.yaml"):
+        assert not any(secret in saved.read_text() for secret in SECRETS.values())
+
+    # `forge-ml eval` re-evaluates the last adapter: same greedy outputs, same score
+    last = json.loads((root / "output" / "last_train.json").read_text())
+    result = run_cli("eval", *FAST, cwd=root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((root / "output" / "eval_results.json").read_text())
+    assert report["accuracy"] == pytest.approx(last["gold_accuracy"])
+    assert report["total"] == 27 and report["failure_count"] == 27 - report["correct"]
+    failures = (root / "output" / "eval_failures.jsonl").read_text().splitlines()
+    assert len(failures) == report["failure_count"]
+
+    status = run_cli("status", cwd=root)
+    assert status.returncode == 0, status.stderr
+    canonical = len((root / "dataset" / "canonical.jsonl").read_text().splitlines())
+    assert canonical == 240 + 30  # the 30 seed examples were merged on first use
+    assert f"canonical │ {canonical}" in status.stdout
+    assert "latest eval (gold)" in status.stdout and "train (" in status.stdout
