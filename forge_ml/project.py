@@ -79,7 +79,7 @@ _SCAFFOLD = {
     "dataset/seed.jsonl": "",
     "dataset/gold.jsonl": "",
     "dataset/canonical.jsonl": "",
-    ".gitignore": "output/\nmlflow.db\n",
+    ".gitignore": "output/\nmlflow.db\nmlartifacts/\n",
 }
 
 

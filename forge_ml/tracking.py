@@ -37,14 +37,26 @@ def client_for(cfg: ForgeConfig, project: Project):
     return MlflowClient(tracking_uri=uri, registry_uri=cfg.tracking.registry_uri or uri)
 
 
-def ensure_experiment(client: Any, name: str) -> str:
+def artifact_location(cfg: ForgeConfig, project: Project) -> str | None:
+    """Return where a new experiment keeps artifacts: inside the project for a local store.
+
+    MLflow's default for a database store is `./mlruns` under the working directory of whoever
+    creates the experiment; a server-backed store chooses for itself (None).
+    """
+    uri = tracking_uri(cfg, project)
+    if uri.startswith(("sqlite:", "file:")) or "://" not in uri:
+        return (project.root / "mlartifacts").as_uri()
+    return None
+
+
+def ensure_experiment(client: Any, name: str, location: str | None = None) -> str:
     """Return the id of experiment `name`, creating (or restoring) it."""
     from mlflow.exceptions import MlflowException
 
     exp = client.get_experiment_by_name(name)
     if exp is None:
         try:
-            return client.create_experiment(name)
+            return client.create_experiment(name, artifact_location=location)
         except MlflowException:  # created concurrently by another job
             exp = client.get_experiment_by_name(name)
     if exp.lifecycle_stage == "deleted":
@@ -148,7 +160,9 @@ class Tracker:
         self.project = project
         try:
             self.client = client_for(cfg, project)
-            self.experiment_id = ensure_experiment(self.client, experiment_name(cfg))
+            self.experiment_id = ensure_experiment(
+                self.client, experiment_name(cfg), artifact_location(cfg, project)
+            )
         except Exception as exc:
             uri = tracking_uri(cfg, project)
             raise RuntimeFault(

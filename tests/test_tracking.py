@@ -42,6 +42,8 @@ def test_experiment_is_the_project_name_on_sqlite_in_the_project(tracker, tmp_pa
         pass
     tags = tracker.client.get_run(run.run_id).data.tags
     assert len(tags["forge.config_hash"]) == 12
+    artifact_uri = tracker.client.get_run(run.run_id).info.artifact_uri
+    assert artifact_uri.startswith((tmp_path / "mlartifacts").as_uri())  # never ./mlruns in the cwd
 
 
 def test_params_are_the_flattened_config_with_secrets_redacted(tracker):

@@ -16,9 +16,11 @@ SECRETS = {
 
 
 @pytest.mark.slow
-def test_multirun_leaves_one_complete_run_per_job_then_eval_and_status(small_project):
+def test_multirun_leaves_one_complete_run_per_job_then_eval_and_status(small_project, tmp_path):
     root = small_project.root
-    result = run_cli("train", "-m", "lora.r=4,8", *FAST, cwd=root, env=SECRETS)
+    elsewhere = tmp_path / "elsewhere"  # every path must resolve against the project, not the cwd
+    elsewhere.mkdir()
+    result = run_cli("-p", str(root), "train", "-m", "lora.r=4,8", *FAST, cwd=elsewhere, env=SECRETS)
     assert result.returncode == 0, result.stderr[-3000:]
 
     client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
@@ -47,6 +49,8 @@ def test_multirun_leaves_one_complete_run_per_job_then_eval_and_status(small_pro
         logged = json.dumps([params, run.data.tags])
         assert not any(secret in logged for secret in SECRETS.values())
 
+    assert list(elsewhere.iterdir()) == []  # nothing written to the working directory
+    assert len(list((root / "output" / "adapters").iterdir())) == 2
     # the .hydra dirs of the sweep hold no secret either
     for saved in (root / "output" / "multirun").rglob("*.yaml"):
         assert not any(secret in saved.read_text() for secret in SECRETS.values())
@@ -67,3 +71,14 @@ def test_multirun_leaves_one_complete_run_per_job_then_eval_and_status(small_pro
     assert canonical == 240 + 30  # the 30 seed examples were merged on first use
     assert f"canonical │ {canonical}" in status.stdout
     assert "latest eval (gold)" in status.stdout and "train (" in status.stdout
+
+
+@pytest.mark.slow
+def test_demo_config_learns_the_task_well_above_chance(example_project):
+    """What `make demo` runs: the full drone-router example on the tiny model (9 commands: chance ~0.11)."""
+    result = run_cli("train", "training.threads=2", cwd=example_project.root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((example_project.root / "output" / "eval_results.json").read_text())
+    assert report["total"] == 100
+    assert report["accuracy"] >= 0.5, report
+    assert len(report["per_category"]) == 9
