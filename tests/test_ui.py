@@ -25,8 +25,11 @@ def test_ui_serves_the_project_store(small_project):
     port = free_port()
     exe = Path(sys.executable).with_name("forge-ml")
     proc = subprocess.Popen(
-        [str(exe), "ui", "--port", str(port)], cwd=small_project.root, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, start_new_session=True,
+        [str(exe), "ui", "--port", str(port)],
+        cwd=small_project.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 90
