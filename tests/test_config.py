@@ -13,7 +13,7 @@ from forge_ml.errors import ConfigError
 from forge_ml.project import init_project
 
 CONF = Path(str(resources.files("forge_ml") / "conf"))
-GROUPS = ["model", "lora", "training", "eval", "task", "tracking", "experiment"]
+GROUPS = ["model", "lora", "training", "eval", "task", "tracking", "tune", "experiment"]
 
 
 def shipped_options() -> list[tuple[str, str]]:

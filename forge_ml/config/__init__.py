@@ -22,6 +22,7 @@ from forge_ml.config.model import ModelConfig, TinyModelConfig
 from forge_ml.config.task import TaskConfig
 from forge_ml.config.tracking import TrackingConfig
 from forge_ml.config.training import TrainingConfig
+from forge_ml.config.tune import TrialResources, TuneConfig
 from forge_ml.errors import ConfigError
 
 __all__ = [
@@ -33,6 +34,8 @@ __all__ = [
     "TinyModelConfig",
     "TrackingConfig",
     "TrainingConfig",
+    "TrialResources",
+    "TuneConfig",
     "config_hash",
     "validate_config",
 ]
@@ -50,6 +53,7 @@ class ForgeConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    tune: TuneConfig = field(default_factory=TuneConfig)
 
     def check(self) -> list[str]:
         p = Problems("")
@@ -57,7 +61,7 @@ class ForgeConfig:
             p.add("name", "must not be empty")
         elif any(c in self.name for c in "/\\:"):
             p.add("name", f"{self.name!r} must not contain '/', '\\' or ':'")
-        for group in ("model", "lora", "training", "eval", "task", "tracking"):
+        for group in ("model", "lora", "training", "eval", "task", "tracking", "tune"):
             sub = Problems(group)
             getattr(self, group).check(sub)
             p.extend(sub)

@@ -1,0 +1,249 @@
+"""One grammar for search spaces: Hydra sweep expressions, checked, mapped to Ray Tune.
+
+A space maps a config key to an expression, the same strings a user types after
+`forge-ml tune` or `forge-ml train -m hydra/sweeper=tune`, and a planner writes:
+
+    choice(8,16,32)                 categorical
+    range(1,5) / range(0.1,0.5,0.1) the listed points (stop excluded, as Python's range)
+    interval(1e-5,1e-3)             uniform; an int key samples integers, bounds included
+    tag(log, interval(1e-5,1e-3))   log-uniform (log-int for an int key)
+
+Expressions are parsed with Hydra's own override parser; keys are checked against the config
+schema and, when given, against `bounds` (the keys a planner may touch, with their ranges).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from forge_ml.config import ForgeConfig
+from forge_ml.errors import ConfigError
+
+# Keys no search may touch: identity, paths, tracking, Ray placement and secrets live here.
+NEVER_SEARCHED = (
+    "name",
+    "project_dir",
+    "tracking",
+    "tune",
+    "task",
+    "model.name_or_path",
+    "model.revision",
+    "model.trust_remote_code",
+    "model.chat_template",
+    "eval.scorer_path",
+)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What a bounded search (a planner's) may set for one key."""
+
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[Any, ...] | None = None
+
+
+@dataclass(frozen=True)
+class SearchParam:
+    """One parsed dimension of a search space."""
+
+    key: str
+    kind: str  # choice | uniform | loguniform | randint | lograndint
+    values: tuple[Any, ...] = ()
+    low: float = 0.0
+    high: float = 0.0
+
+    def to_tune(self) -> Any:
+        """Return the Ray Tune domain sampling this dimension."""
+        from ray import tune
+
+        if self.kind == "choice":
+            return tune.choice(list(self.values))
+        if self.kind == "uniform":
+            return tune.uniform(self.low, self.high)
+        if self.kind == "loguniform":
+            return tune.loguniform(self.low, self.high)
+        if self.kind == "randint":
+            return tune.randint(int(self.low), int(self.high) + 1)  # Tune's upper bound is exclusive
+        return tune.lograndint(int(self.low), int(self.high) + 1)
+
+    def to_expression(self) -> str:
+        """Return the Hydra sweep expression of this dimension (parses back to an equal param)."""
+        if self.kind == "choice":
+            return "choice(" + ",".join(_literal(v) for v in self.values) + ")"
+        body = f"interval({_literal(self.low)},{_literal(self.high)})"
+        return f"tag(log, {body})" if self.kind.startswith("log") else body
+
+    def contains(self, value: Any) -> bool:
+        if self.kind == "choice":
+            return value in self.values
+        return self.low <= value <= self.high
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return repr(value)
+    return str(value)
+
+
+def schema_type(key: str) -> type:
+    """Return the Python type of a leaf key of the config schema; raise ConfigError when it is none."""
+    node: Any = ForgeConfig
+    for part in key.split("."):
+        hints = typing.get_type_hints(node) if dataclasses.is_dataclass(node) else {}
+        if part not in hints:
+            raise ConfigError(f"search space: '{key}' is not a config key ('{part}' unknown)")
+        node = hints[part]
+    if dataclasses.is_dataclass(node):
+        raise ConfigError(f"search space: '{key}' is a config group, not a value")
+    args = [a for a in typing.get_args(node) if a is not type(None)]
+    if typing.get_origin(node) in (typing.Union, types.UnionType) and len(args) == 1:
+        node = args[0]
+    return node
+
+
+def _check_key(key: str) -> type:
+    if any(key == k or key.startswith(k + ".") for k in NEVER_SEARCHED):
+        raise ConfigError(f"search space: '{key}' cannot be searched")
+    kind = schema_type(key)
+    if kind not in (int, float, bool, str):
+        raise ConfigError(
+            f"search space: '{key}' holds a {kind}; only numbers, booleans and strings are searched"
+        )
+    return kind
+
+
+def _coerce(key: str, kind: type, value: Any) -> Any:
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ConfigError(f"search space: '{key}' takes {kind.__name__} values, got {value!r}")
+    return value
+
+
+def parse_param(key: str, expression: str) -> SearchParam:
+    """Return the SearchParam of `key=expression`; raise ConfigError naming the problem."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
+    from hydra.errors import HydraException
+
+    kind = _check_key(key)
+    try:
+        value = OverridesParser.create().parse_override(f"{key}={expression}").value()
+    except HydraException as exc:
+        first = str(exc).splitlines()[0]
+        raise ConfigError(f"search space: {key}={expression!r} does not parse ({first})") from None
+    tags = getattr(value, "tags", set()) or set()
+    if isinstance(value, ChoiceSweep):
+        if not value.list:
+            raise ConfigError(f"search space: {key}={expression!r} has no choices")
+        return SearchParam(key, "choice", tuple(_coerce(key, kind, v) for v in value.list))
+    if isinstance(value, RangeSweep):
+        points = _range_points(key, expression, value.start, value.stop, value.step)
+        return SearchParam(key, "choice", tuple(_coerce(key, kind, v) for v in points))
+    if isinstance(value, IntervalSweep):
+        low, high = float(value.start), float(value.end)
+        if not low < high:
+            raise ConfigError(
+                f"search space: {key}={expression!r}: interval low {low:g} must be below high {high:g}"
+            )
+        if kind not in (int, float):
+            raise ConfigError(f"search space: {key}={expression!r}: interval needs a numeric key")
+        log = "log" in tags
+        if log and low <= 0:
+            raise ConfigError(f"search space: {key}={expression!r}: a log interval needs low > 0")
+        if kind is int:
+            if not (low.is_integer() and high.is_integer()):
+                raise ConfigError(
+                    f"search space: {key}={expression!r}: '{key}' is an integer; use integer bounds"
+                )
+            return SearchParam(key, "lograndint" if log else "randint", low=low, high=high)
+        return SearchParam(key, "loguniform" if log else "uniform", low=low, high=high)
+    raise ConfigError(
+        f"search space: {key}={expression!r} is not a sweep; use choice(...), range(...) or interval(...)"
+    )
+
+
+def _range_points(key: str, expression: str, start: float, stop: float, step: float) -> list[float]:
+    if step == 0 or (stop - start) / step <= 0:
+        raise ConfigError(f"search space: {key}={expression!r} is an empty range")
+    count = math.ceil(round((stop - start) / step, 9))
+    if count > 10_000:
+        raise ConfigError(f"search space: {key}={expression!r} has {count} points; use interval(...) instead")
+    points = [start + i * step for i in range(count)]
+    return [round(p, 12) if isinstance(p, float) else p for p in points]
+
+
+def check_bounds(param: SearchParam, bounds: Mapping[str, Bound]) -> None:
+    """Raise ConfigError when `param` leaves what `bounds` allows for its key."""
+    if param.key not in bounds:
+        raise ConfigError(
+            f"search space: '{param.key}' is not in planner.bounds ({', '.join(sorted(bounds))})"
+        )
+    bound = bounds[param.key]
+    if param.kind == "choice":
+        for v in param.values:
+            outside = (bound.choices is not None and v not in bound.choices) or (
+                isinstance(v, (int, float))
+                and not isinstance(v, bool)
+                and ((bound.low is not None and v < bound.low) or (bound.high is not None and v > bound.high))
+            )
+            if outside:
+                raise ConfigError(f"search space: {param.key} value {v!r} is outside planner.bounds")
+        return
+    if bound.choices is not None:
+        raise ConfigError(f"search space: {param.key} is bounded to choices; use choice(...)")
+    if (bound.low is not None and param.low < bound.low) or (
+        bound.high is not None and param.high > bound.high
+    ):
+        raise ConfigError(
+            f"search space: {param.key} interval [{param.low:g}, {param.high:g}] leaves planner.bounds "
+            f"[{bound.low}, {bound.high}]"
+        )
+
+
+def parse_space(
+    space: Mapping[str, str], bounds: Mapping[str, Bound] | None = None
+) -> dict[str, SearchParam]:
+    """Return the parsed, checked search space (ConfigError names the first bad entry)."""
+    params = {}
+    for key, expression in space.items():
+        param = parse_param(str(key), str(expression))
+        if bounds is not None:
+            check_bounds(param, bounds)
+        params[param.key] = param
+    return params
+
+
+def tune_space(params: Mapping[str, SearchParam]) -> dict[str, Any]:
+    """Return the Ray Tune param_space for parsed params (flat dotted keys)."""
+    return {key: param.to_tune() for key, param in params.items()}
+
+
+def split_sweep_overrides(overrides: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Split command-line overrides into a search space (sweeps) and fixed overrides."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    space: dict[str, str] = {}
+    fixed: list[str] = []
+    for line in overrides:
+        try:
+            override = OverridesParser.create().parse_override(line)
+        except HydraException as exc:
+            raise ConfigError(f"command line: {line!r} does not parse ({str(exc).splitlines()[0]})") from None
+        if override.is_sweep_override():
+            space[override.get_key_element().lstrip("+~")] = line.split("=", 1)[1]
+        else:
+            fixed.append(line)
+    return space, fixed

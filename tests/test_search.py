@@ -1,0 +1,118 @@
+"""The search-space grammar as a table: expression -> distribution, and every error."""
+
+from __future__ import annotations
+
+import pytest
+from ray.tune.search.sample import Categorical, Float, Integer
+
+from forge_ml.errors import ConfigError
+from forge_ml.search import Bound, SearchParam, parse_param, parse_space, split_sweep_overrides
+
+
+@pytest.mark.parametrize(
+    ("key", "expression", "expected"),
+    [
+        ("lora.r", "choice(8,16,32)", SearchParam("lora.r", "choice", (8, 16, 32))),
+        ("training.epochs", "range(1,5)", SearchParam("training.epochs", "choice", (1, 2, 3, 4))),
+        ("training.epochs", "range(1,7,2)", SearchParam("training.epochs", "choice", (1, 3, 5))),
+        ("lora.dropout", "range(0.0,0.3,0.1)", SearchParam("lora.dropout", "choice", (0.0, 0.1, 0.2))),
+        ("lora.dropout", "choice(0,0.1)", SearchParam("lora.dropout", "choice", (0.0, 0.1))),
+        (
+            "training.learning_rate",
+            "interval(1e-5, 1e-3)",
+            SearchParam("training.learning_rate", "uniform", low=1e-5, high=1e-3),
+        ),
+        (
+            "training.learning_rate",
+            "tag(log, interval(1e-5, 1e-3))",
+            SearchParam("training.learning_rate", "loguniform", low=1e-5, high=1e-3),
+        ),
+        ("lora.alpha", "interval(8, 64)", SearchParam("lora.alpha", "randint", low=8, high=64)),
+        ("lora.r", "tag(log, interval(4, 64))", SearchParam("lora.r", "lograndint", low=4, high=64)),
+        ("lora.bias", "choice(none, all)", SearchParam("lora.bias", "choice", ("none", "all"))),
+        (
+            "training.gradient_checkpointing",
+            "choice(true,false)",
+            SearchParam("training.gradient_checkpointing", "choice", (True, False)),
+        ),
+    ],
+)
+def test_expression_to_param(key, expression, expected):
+    param = parse_param(key, expression)
+    assert param == expected
+    assert parse_param(key, param.to_expression()) == param  # the grammar round-trips
+
+
+@pytest.mark.parametrize(
+    ("kind", "domain", "sample_type"),
+    [
+        ("choice", Categorical, int),
+        ("uniform", Float, float),
+        ("loguniform", Float, float),
+        ("randint", Integer, int),
+        ("lograndint", Integer, int),
+    ],
+)
+def test_param_to_tune_domain_samples_inside(kind, domain, sample_type):
+    param = SearchParam("lora.r", kind, values=(4, 8), low=4, high=64)
+    tune_domain = param.to_tune()
+    assert isinstance(tune_domain, domain)
+    for _ in range(50):
+        value = tune_domain.sample()
+        assert isinstance(value, sample_type) and param.contains(value)
+    if kind == "randint":  # the upper bound is inclusive, as in the expression
+        assert max(tune_domain.sample() for _ in range(2000)) == 64
+
+
+@pytest.mark.parametrize(
+    ("key", "expression", "fragment"),
+    [
+        ("lora.r", "choice(8,", "does not parse"),
+        ("lora.rank", "choice(8,16)", "'lora.rank' is not a config key"),
+        ("lora", "choice(1,2)", "config group"),
+        ("training.learning_rate", "interval(1e-3, 1e-5)", "low 0.001 must be below high 1e-05"),
+        ("training.learning_rate", "tag(log, interval(0, 1e-3))", "log interval needs low > 0"),
+        ("lora.r", "interval(4.5, 8)", "integer bounds"),
+        ("lora.r", "choice(8, big)", "takes int values"),
+        ("lora.r", "16", "is not a sweep"),
+        ("training.epochs", "range(5,1)", "empty range"),
+        ("tracking.uri", "choice(a,b)", "cannot be searched"),
+        ("model.trust_remote_code", "choice(true,false)", "cannot be searched"),
+        ("project_dir", "choice(a,b)", "cannot be searched"),
+        ("lora.target_modules", "choice(a,b)", "only numbers, booleans and strings"),
+    ],
+)
+def test_bad_expressions_name_the_problem(key, expression, fragment):
+    with pytest.raises(ConfigError) as info:
+        parse_param(key, expression)
+    assert fragment in str(info.value)
+    assert info.value.exit_code == 1
+
+
+def test_bounds_limit_keys_and_ranges():
+    bounds = {"lora.r": Bound(choices=(4, 8, 16)), "training.learning_rate": Bound(1e-5, 1e-2)}
+    assert set(parse_space({"lora.r": "choice(4,8)"}, bounds)) == {"lora.r"}
+    with pytest.raises(ConfigError, match=r"not in planner\.bounds"):
+        parse_space({"lora.alpha": "choice(8,16)"}, bounds)
+    with pytest.raises(ConfigError, match="value 32 is outside"):
+        parse_space({"lora.r": "choice(8,32)"}, bounds)
+    with pytest.raises(ConfigError, match=r"leaves planner\.bounds"):
+        parse_space({"training.learning_rate": "tag(log, interval(1e-6, 1e-3))"}, bounds)
+
+
+def test_command_line_splits_into_space_and_fixed_overrides():
+    space, fixed = split_sweep_overrides(
+        [
+            "lora.r=choice(8,16)",
+            "training.epochs=2",
+            "training.learning_rate=tag(log, interval(1e-4,1e-2))",
+            "lora.alpha=8,16",
+        ]
+    )
+    assert space == {
+        "lora.r": "choice(8,16)",
+        "training.learning_rate": "tag(log, interval(1e-4,1e-2))",
+        "lora.alpha": "8,16",
+    }
+    assert fixed == ["training.epochs=2"]
+    assert parse_param("lora.alpha", "8,16") == SearchParam("lora.alpha", "choice", (8, 16))
