@@ -39,6 +39,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-m", "--multirun", action="store_true", help="Hydra multirun: one job per sweep point")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. lora.r=16 training.epochs=3")
 
+    p = sub.add_parser("tune", help="run one round: parallel Ray Tune trials over a search space")
+    p.add_argument(
+        "overrides", nargs="*", help="sweeps form the space ('lora.r=choice(4,8)'); other overrides are fixed"
+    )
+
     p = sub.add_parser("eval", help="evaluate an adapter (default: the last trained) on gold")
     p.add_argument("--adapter", help="adapter or model directory (default: output/last_train.json)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. eval.batch_size=64")
@@ -109,6 +114,46 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     return EXIT_OK
 
 
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _print_round(result: Any, metric: str) -> None:
+    from rich.table import Table
+
+    keys = sorted({k for t in result.trials for k in t.config})
+    table = Table(
+        title=f"{result.name}: best trial {result.best.trial_id} "
+        f"({metric} {result.best.metrics[metric]:.4f}) in {result.wall_s:.0f}s"
+    )
+    for column in ("trial", "status", *keys, metric, "dev/accuracy"):
+        table.add_column(column)
+    for t in result.trials:
+        acc = t.metrics.get("dev/accuracy")
+        table.add_row(
+            t.trial_id,
+            t.status,
+            *(_short(t.config.get(k, "")) for k in keys),
+            f"{t.metrics[metric]:.4f}" if metric in t.metrics else "-",
+            f"{acc:.3f}" if acc is not None else "-",
+        )
+    results.print(table)
+
+
+def cmd_tune(args: argparse.Namespace, extra: list[str]) -> int:
+    from forge_ml.compose import compose_config
+    from forge_ml.search import split_sweep_overrides
+    from forge_ml.tuning.engine import run_round
+
+    project = _project(args)
+    space, fixed = split_sweep_overrides([*args.overrides, *extra])
+    cfg = compose_config(project, fixed)
+    result = run_round(cfg, {**cfg.tune.space, **space})
+    _print_round(result, cfg.tune.metric)
+    console.print(f"see the round: forge-ml -p {project.root} ui")
+    return EXIT_OK
+
+
 def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
     from forge_ml.compose import compose_config
     from forge_ml.jobs.evaluate import run_eval
@@ -161,7 +206,14 @@ def cmd_ui(args: argparse.Namespace, extra: list[str]) -> int:
     return EXIT_OK  # not reached
 
 
-COMMANDS = {"init": cmd_init, "train": cmd_train, "eval": cmd_eval, "status": cmd_status, "ui": cmd_ui}
+COMMANDS = {
+    "init": cmd_init,
+    "train": cmd_train,
+    "tune": cmd_tune,
+    "eval": cmd_eval,
+    "status": cmd_status,
+    "ui": cmd_ui,
+}
 
 
 def _exit_code(error: BaseException | None) -> int:

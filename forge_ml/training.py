@@ -19,6 +19,7 @@ from forge_ml.config import ForgeConfig
 log = logging.getLogger(__name__)
 
 EpochHook = Callable[[dict[str, float], int], None]
+CheckpointHook = Callable[[dict[str, float], int, Path], None]  # (epoch metrics, epoch, checkpoint dir)
 
 
 @dataclass
@@ -49,8 +50,12 @@ def mixed_precision(precision: str) -> tuple[bool, bool]:
     return precision == "bf16", precision == "fp16"
 
 
-def sft_config(cfg: ForgeConfig, output_dir: Path, *, tqdm: bool = True) -> Any:
-    """Return TRL's SFTConfig for `cfg`: evaluate each epoch, save only at the end, report to no one."""
+def sft_config(cfg: ForgeConfig, output_dir: Path, *, tqdm: bool = True, checkpoints: bool = False) -> Any:
+    """Return TRL's SFTConfig for `cfg`: evaluate each epoch, report to no one.
+
+    With `checkpoints`, a full trainer checkpoint (adapter, optimizer, scheduler, RNG) is
+    written to `output_dir` after every epoch's evaluation, for resuming a crashed trial.
+    """
     from trl import SFTConfig
 
     bf16, fp16 = mixed_precision(cfg.training.precision)
@@ -75,7 +80,8 @@ def sft_config(cfg: ForgeConfig, output_dir: Path, *, tqdm: bool = True) -> Any:
         max_length=t.max_seq_length,
         logging_strategy="epoch",
         eval_strategy="epoch",
-        save_strategy="no",
+        save_strategy="epoch" if checkpoints else "no",
+        save_total_limit=1 if checkpoints else None,
         report_to="none",
         disable_tqdm=not tqdm,
         dataloader_num_workers=0,
@@ -86,7 +92,12 @@ def sft_config(cfg: ForgeConfig, output_dir: Path, *, tqdm: bool = True) -> Any:
 class _EpochMetrics:
     """TrainerCallback that turns the trainer's epoch logs into (metrics, epoch) calls."""
 
-    def __init__(self, hook: EpochHook | None, history: list[dict[str, float]]) -> None:
+    def __init__(
+        self,
+        hook: EpochHook | None,
+        history: list[dict[str, float]],
+        on_checkpoint: CheckpointHook | None = None,
+    ) -> None:
         from transformers import TrainerCallback
 
         self.hook = hook
@@ -97,6 +108,15 @@ class _EpochMetrics:
         class Callback(TrainerCallback):
             def on_log(self, args, state, control, logs=None, **kwargs):
                 outer.on_log(state, logs or {})
+
+            def on_save(self, args, state, control, **kwargs):
+                if on_checkpoint is not None and outer.history:
+                    path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+                    on_checkpoint(
+                        {k: v for k, v in outer.history[-1].items() if k != "epoch"},
+                        round(state.epoch or 0),
+                        path,
+                    )
 
         self.callback = Callback()
 
@@ -128,31 +148,45 @@ def train_sft(
     peft_config: Any | None = None,
     tqdm: bool = True,
     scratch_dir: Path | None = None,
+    on_checkpoint: CheckpointHook | None = None,
+    resume_from: Path | None = None,
 ) -> TrainOutcome:
-    """Train `model` on the tokenised datasets and save the adapter (or model) + tokenizer to `output_dir`."""
+    """Train `model` on the tokenised datasets and save the adapter (or model) + tokenizer to `output_dir`.
+
+    `on_checkpoint` gets each epoch's checkpoint directory (written under `scratch_dir`);
+    `resume_from` continues a run from such a checkpoint, optimizer and data order included.
+    """
+    import json
+
     import torch
     from trl import SFTTrainer
 
     if cfg.training.threads:
         torch.set_num_threads(cfg.training.threads)
     outcome = TrainOutcome(output_dir=output_dir)
-    metrics = _EpochMetrics(on_epoch, outcome.history)
+    metrics = _EpochMetrics(on_epoch, outcome.history, on_checkpoint)
+    args = sft_config(
+        cfg, scratch_dir or output_dir / "trainer", tqdm=tqdm, checkpoints=on_checkpoint is not None
+    )
     trainer = SFTTrainer(
         model=model,
-        args=sft_config(cfg, scratch_dir or output_dir / "trainer", tqdm=tqdm),
+        args=args,
         train_dataset=train_dataset,
         eval_dataset=dev_dataset,
         processing_class=tokenizer,
         peft_config=peft_config,
         callbacks=[metrics.callback],
     )
+    start_step = 0
+    if resume_from is not None:
+        start_step = json.loads((resume_from / "trainer_state.json").read_text())["global_step"]
     started = time.perf_counter()
-    result = trainer.train()
+    result = trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     outcome.train_runtime_s = time.perf_counter() - started
     steps_per_epoch = math.ceil(
         len(trainer.train_dataset) / (cfg.training.batch_size * cfg.training.grad_accum)
     )
-    epochs_done = result.global_step / steps_per_epoch if steps_per_epoch else 0
+    epochs_done = (result.global_step - start_step) / steps_per_epoch if steps_per_epoch else 0
     outcome.train_tokens = int(count_tokens(trainer.train_dataset) * epochs_done)
     trainer.model.save_pretrained(str(output_dir))
     tokenizer.save_pretrained(str(output_dir))

@@ -1,0 +1,1 @@
+"""Ray Tune trainables: a trial trains one config, reports metrics, checkpoints."""

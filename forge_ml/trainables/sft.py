@@ -1,0 +1,112 @@
+"""The SFT trial: train one sampled config on the round's shared data, report each epoch.
+
+Runs inside a Ray worker. It never tokenises (the driver did, once per round) and never
+downloads (the base is a local directory the driver prepared). Each epoch reports
+`train/loss`, `dev/loss` and a full trainer checkpoint; a restarted trial resumes from
+`tune.get_checkpoint()`. The last report adds `dev/accuracy` and `forge/completed=1`.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from forge_ml.config import ForgeConfig, validate_config
+from forge_ml.data.examples import Example
+
+FAULT_ENV = "FORGE_FAULT_CRASH_AFTER_EPOCH"  # test hook: crash once after this epoch's checkpoint
+
+
+@dataclass
+class TrialContext:
+    """What every trial of a round shares (placed once in Ray's object store)."""
+
+    base_config: dict[str, Any]
+    base_source: str
+    tokenizer: Any
+    train_dataset: Any
+    dev_dataset: Any
+    dev_examples: list[Example]
+    system_prompt: str
+
+
+def apply_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> ForgeConfig:
+    """Return the validated config of `base` with dotted-key `overrides` set."""
+    data = copy.deepcopy(base)
+    for key, value in overrides.items():
+        node = data
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return validate_config(data)
+
+
+def sft_trial(config: dict[str, Any], context: TrialContext) -> None:
+    """Ray Tune function trainable."""
+    import tempfile
+
+    from ray import tune
+
+    from forge_ml.evaluation.evaluate import evaluate_examples
+    from forge_ml.evaluation.scorers import make_scorer
+    from forge_ml.models.adapters import peft_config_for
+    from forge_ml.models.loader import BaseModelRef, load_base_model
+    from forge_ml.training import train_sft
+
+    cfg = apply_overrides(context.base_config, config)
+    cfg.training.threads = max(1, int(cfg.tune.resources.cpu))
+    checkpoint = tune.get_checkpoint()
+    resume_dir = Path(checkpoint.to_directory()) if checkpoint is not None else None
+    crash_after = int(os.environ.get(FAULT_ENV, "0"))
+    last: dict[str, float] = {}
+
+    def report(metrics: dict[str, float], epoch: int, path: Path) -> None:
+        last.update(metrics, epoch=float(epoch))
+        extra = {"forge/restored": 1.0} if resume_dir is not None else {}
+        tune.report(
+            {**metrics, "epoch": epoch, **extra}, checkpoint=tune.Checkpoint.from_directory(str(path))
+        )
+        if crash_after and epoch == crash_after and resume_dir is None:
+            raise RuntimeError(f"injected fault after epoch {epoch} ({FAULT_ENV})")
+
+    model = load_base_model(BaseModelRef(context.base_source, None, True), cfg)
+    with tempfile.TemporaryDirectory(prefix="forge-trial-") as scratch:
+        outcome = train_sft(
+            cfg,
+            model,
+            context.tokenizer,
+            context.train_dataset,
+            context.dev_dataset,
+            Path(scratch) / "adapter",
+            peft_config=peft_config_for(cfg),
+            tqdm=False,
+            scratch_dir=Path(scratch) / "checkpoints",
+            on_checkpoint=report,
+            resume_from=resume_dir,
+        )
+        project_root = Path(cfg.project_dir)
+        dev = evaluate_examples(
+            outcome.model,
+            context.tokenizer,
+            context.dev_examples,
+            system_prompt=context.system_prompt,
+            system_role=cfg.model.system_role,
+            cfg=cfg.eval,
+            scorer=make_scorer(cfg.eval, project_root),
+            label="dev",
+        )
+        final = {k: v for k, v in last.items() if k != "epoch"}
+        tune.report(
+            {
+                **final,
+                "epoch": int(last.get("epoch", cfg.training.epochs)),
+                "dev/accuracy": dev.accuracy,
+                "train/tokens_per_s": outcome.tokens_per_s,
+                "forge/completed": 1.0,
+            },
+            checkpoint=tune.Checkpoint.from_directory(str(outcome.output_dir)),
+        )

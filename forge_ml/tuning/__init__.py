@@ -1,0 +1,1 @@
+"""Rounds of parallel trials on Ray Tune: the only package (with trainables/) that touches Ray."""

@@ -1,0 +1,127 @@
+"""Driver-side Ray Tune callback: one nested MLflow run per trial, and progress lines."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from ray.tune import Callback
+
+from forge_ml.config import config_to_dict
+from forge_ml.console import console
+from forge_ml.secrets import flatten
+from forge_ml.tracking import TrackedRun, Tracker
+from forge_ml.trainables.sft import apply_overrides
+
+log = logging.getLogger(__name__)
+LOGGED_METRICS = ("train/loss", "dev/loss", "dev/accuracy", "train/tokens_per_s")
+
+
+def error_summary(error: BaseException | str | None) -> str:
+    """Return the line of a (remote) traceback that names the exception."""
+    lines = [line.strip() for line in str(error or "trial failed").splitlines() if line.strip()]
+    named = [
+        line for line in lines if "Error" in line.split(":", 1)[0] or "Exception" in line.split(":", 1)[0]
+    ]
+    return (named or lines or ["trial failed"])[-1][:500]
+
+
+def _trial_error(trial: Any) -> str | None:
+    # The local error file is written before this hook runs; the storage copy only later.
+    local = getattr(trial, "error_file", None)
+    if local and Path(local).is_file():
+        return Path(local).read_text(errors="replace")
+    return str(trial.get_error() or "") or None
+
+
+class RoundTracker(Callback):
+    """Writes each trial to MLflow as a child of the round run; the only MLflow writer of a round."""
+
+    def __init__(
+        self,
+        tracker: Tracker,
+        round_run: TrackedRun,
+        base_config: dict[str, Any],
+        metric: str,
+        mode: str,
+        *,
+        enabled: bool = True,
+    ) -> None:
+        self.tracker = tracker
+        self.round_run = round_run
+        self.base_config = base_config
+        self.metric = metric
+        self.mode = mode
+        self.enabled = enabled
+        self.runs: dict[str, TrackedRun] = {}
+        self.logged_epochs: dict[str, set[int]] = {}
+        self.best: tuple[float, str] | None = None
+        self.counts = {"finished": 0, "stopped": 0, "failed": 0}
+
+    # -- Ray Tune hooks --------------------------------------------------------------------
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if trial.trial_id in self.runs or not self.enabled:
+            return
+        run = self.tracker.start_run(
+            f"{self.round_run_name}-{trial.trial_id}",
+            {
+                "mlflow.parentRunId": self.round_run.run_id,
+                "forge.kind": "trial",
+                "forge.trial_id": trial.trial_id,
+            },
+        )
+        cfg = apply_overrides(self.base_config, trial.config)
+        run.log_params(flatten(config_to_dict(cfg)))
+        self.runs[trial.trial_id] = run
+        self.logged_epochs[trial.trial_id] = set()
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        value = result.get(self.metric)
+        if value is not None and (self.best is None or self._better(value, self.best[0])):
+            self.best = (float(value), trial.trial_id)
+        run = self.runs.get(trial.trial_id)
+        if run is None:
+            return
+        epoch = int(result.get("epoch", 0))
+        done = self.logged_epochs[trial.trial_id]
+        names = LOGGED_METRICS if epoch not in done else ("dev/accuracy", "train/tokens_per_s")
+        metrics = {k: float(result[k]) for k in names if k in result}
+        if metrics:
+            run.log_metrics(metrics, step=epoch)
+        done.add(epoch)
+        if result.get("forge/restored"):
+            run.set_tags({"forge.restored_from_checkpoint": "true"})
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        completed = bool((trial.last_result or {}).get("forge/completed"))
+        self.counts["finished" if completed else "stopped"] += 1
+        run = self.runs.get(trial.trial_id)
+        if run is not None:
+            if not completed:
+                run.set_tags({"forge.stopped_early": "true"})
+            run.finish("FINISHED")
+        self._progress(trials)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.counts["failed"] += 1
+        run = self.runs.get(trial.trial_id)
+        if run is not None:
+            run.set_tags({"forge.error": error_summary(_trial_error(trial))})
+            run.finish("FAILED")
+        self._progress(trials)
+
+    # -- helpers ---------------------------------------------------------------------------
+    round_run_name = "trial"
+
+    def _better(self, a: float, b: float) -> bool:
+        return a < b if self.mode == "min" else a > b
+
+    def _progress(self, trials: list) -> None:
+        running = sum(1 for t in trials if t.status == "RUNNING")
+        best = f"best {self.metric} {self.best[0]:.4f} ({self.best[1]})" if self.best else "no result yet"
+        console.print(
+            f"trials: {running} running, {self.counts['finished']} finished, {self.counts['stopped']} stopped early, "
+            f"{self.counts['failed']} failed of {len(trials)} — {best}",
+            highlight=False,
+        )

@@ -1,0 +1,333 @@
+"""The round engine: one search over a space, run as parallel Ray Tune trials, recorded in MLflow.
+
+`run_round` reads top to bottom: check the space → prepare data and base once → start or
+join Ray → preflight → open the round run → fit (searcher inside the space, ASHA or FIFO)
+→ record the trials table, the best trial and the top-k adapters.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forge_ml.config import ForgeConfig, config_to_dict
+from forge_ml.data.chat import sft_dataset
+from forge_ml.data.project_data import load_project_data
+from forge_ml.errors import ConfigError, RuntimeFault
+from forge_ml.models.loader import load_tokenizer, resolve_base
+from forge_ml.project import Project
+from forge_ml.search import SearchParam, parse_space, tune_space
+from forge_ml.tracking import TrackedRun, Tracker, config_params
+from forge_ml.trainables.sft import TrialContext, apply_overrides, sft_trial
+from forge_ml.tuning.runtime import preflight, ray_runtime, storage_path
+
+log = logging.getLogger(__name__)
+ADAPTER_FILES = (
+    "adapter_config.json",
+    "adapter_model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "special_tokens_map.json",
+)
+
+
+@dataclass
+class TrialRecord:
+    trial_id: str
+    run_id: str | None
+    config: dict[str, Any]
+    status: str  # FINISHED | STOPPED | FAILED
+    metrics: dict[str, float]
+    checkpoint: str | None = None
+
+
+@dataclass
+class RoundResult:
+    round_run_id: str
+    name: str
+    trials: list[TrialRecord] = field(default_factory=list)
+    best: TrialRecord | None = None
+    wall_s: float = 0.0
+    tokenization_passes: int = 0
+
+
+def check_space(cfg: ForgeConfig, params: dict[str, SearchParam]) -> None:
+    """Validate the config at every edge of the space, so no trial can be born invalid."""
+    base = config_to_dict(cfg)
+    for param in params.values():
+        edges = list(param.values) if param.kind == "choice" else [param.low, param.high]
+        for value in edges:
+            if param.kind in ("randint", "lograndint"):
+                value = int(value)
+            try:
+                apply_overrides(base, {param.key: value})
+            except ConfigError as exc:
+                raise ConfigError(
+                    f"search space: {param.key}={value!r} gives an invalid config: {exc}"
+                ) from None
+
+
+def _inside(params: dict[str, SearchParam], point: dict[str, Any]) -> bool:
+    return set(point) == set(params) and all(params[k].contains(v) for k, v in point.items())
+
+
+def _searcher(
+    cfg: ForgeConfig,
+    params: dict[str, SearchParam],
+    warm_start: list[tuple[dict, float]],
+    first_points: list[dict[str, Any]],
+) -> Any:
+    """Return the searcher: TPE told the scores of earlier trials inside this space, or random.
+
+    `first_points` are tried before anything is sampled (in order); `warm_start` pairs of
+    (config, score) from earlier rounds seed TPE without being run again.
+    """
+    known = [(c, r) for c, r in warm_start if _inside(params, c)]
+    fresh = [p for p in first_points if _inside(params, p)]
+    if cfg.tune.searcher == "optuna":
+        from ray.tune.search.optuna import OptunaSearch
+
+        if known and fresh:  # Optuna pairs rewards with the leading points only when all are scored
+            known = []
+        return OptunaSearch(
+            points_to_evaluate=[c for c, _ in known] + fresh or None,
+            evaluated_rewards=[r for _, r in known] or None,
+            seed=cfg.tune.seed,
+        )
+    from ray.tune.search import BasicVariantGenerator
+
+    return BasicVariantGenerator(points_to_evaluate=fresh or None, random_state=cfg.tune.seed)
+
+
+def _scheduler(cfg: ForgeConfig) -> Any:
+    if cfg.tune.scheduler == "fifo":
+        from ray.tune.schedulers import FIFOScheduler
+
+        return FIFOScheduler()
+    from ray.tune.schedulers import ASHAScheduler
+
+    return ASHAScheduler(
+        time_attr="epoch",
+        max_t=max(cfg.training.epochs, cfg.tune.grace_period),
+        grace_period=cfg.tune.grace_period,
+        reduction_factor=cfg.tune.reduction_factor,
+        stop_last_trials=False,  # a trial that reaches the last epoch still reports dev/accuracy
+    )
+
+
+def next_round_name(tracker: Tracker) -> str:
+    runs = tracker.client.search_runs(
+        [tracker.experiment_id], filter_string="tags.`forge.kind` = 'round'", max_results=10_000
+    )
+    return f"round-{len(runs) + 1:03d}"
+
+
+def run_round(
+    cfg: ForgeConfig,
+    space: dict[str, str] | None = None,
+    *,
+    warm_start: list[tuple[dict, float]] | None = None,
+    first_points: list[dict[str, Any]] | None = None,
+    tags: dict[str, Any] | None = None,
+    track: bool = True,
+) -> RoundResult:
+    """Run one round over `space` (default: cfg.tune.space); return its trials and best trial."""
+    started = time.perf_counter()
+    project = Project(Path(cfg.project_dir))
+    params = parse_space(space if space is not None else cfg.tune.space)
+    if not params:
+        raise ConfigError("search space is empty: pass sweeps such as 'lora.r=choice(4,8)' or set tune.space")
+    check_space(cfg, params)
+
+    data = load_project_data(project, cfg.task)
+    base = resolve_base(cfg, project, data.training_text())
+    tokenizer = load_tokenizer(base, cfg.model, project)
+    role = cfg.model.system_role
+    context = TrialContext(
+        base_config=config_to_dict(cfg),
+        base_source=base.source,
+        tokenizer=tokenizer,
+        train_dataset=sft_dataset(data.train, tokenizer, data.system_prompt, system_role=role),
+        dev_dataset=sft_dataset(data.dev, tokenizer, data.system_prompt, system_role=role),
+        dev_examples=data.dev,
+        system_prompt=data.system_prompt,
+    )
+    tracker = Tracker(cfg, project)
+    storage = storage_path(cfg.tune, project)
+    with ray_runtime(cfg.tune):
+        preflight(cfg.tune, storage)
+        name = next_round_name(tracker)
+        round_tags = {"forge.kind": "round", "forge.round": name, **(tags or {})}
+        with tracker.start_run(name, round_tags) as round_run:
+            round_run.log_params(config_params(cfg))
+            searcher = _searcher(cfg, params, warm_start or [], first_points or [])
+            result = _fit(cfg, params, context, tracker, round_run, storage, name, searcher, track)
+            result.tokenization_passes = 1
+            result.wall_s = time.perf_counter() - started
+            _record_round(cfg, params, round_run, tracker, result)
+    return result
+
+
+def _fit(
+    cfg: ForgeConfig,
+    params: dict[str, SearchParam],
+    context: TrialContext,
+    tracker: Tracker,
+    round_run: TrackedRun,
+    storage: str,
+    name: str,
+    searcher: Any,
+    track: bool,
+) -> RoundResult:
+    from ray import tune
+
+    from forge_ml.tuning.callback import RoundTracker
+
+    callback = RoundTracker(
+        tracker, round_run, context.base_config, cfg.tune.metric, cfg.tune.mode, enabled=track
+    )
+    callback.round_run_name = name
+    trainable = tune.with_resources(
+        tune.with_parameters(sft_trial, context=context),
+        {"cpu": cfg.tune.resources.cpu, "gpu": cfg.tune.resources.gpu},
+    )
+    tuner = tune.Tuner(
+        trainable,
+        param_space=tune_space(params),
+        tune_config=tune.TuneConfig(
+            metric=cfg.tune.metric,
+            mode=cfg.tune.mode,
+            num_samples=cfg.tune.num_samples,
+            max_concurrent_trials=cfg.tune.max_concurrent_trials,
+            search_alg=searcher,
+            scheduler=_scheduler(cfg),
+        ),
+        run_config=tune.RunConfig(
+            name=f"{cfg.name}-{name}-{int(time.time())}",
+            storage_path=storage,
+            callbacks=[callback],
+            verbose=0,
+            failure_config=tune.FailureConfig(max_failures=cfg.tune.max_failures),
+            checkpoint_config=tune.CheckpointConfig(
+                num_to_keep=cfg.tune.num_to_keep,
+                checkpoint_score_attribute=cfg.tune.metric,
+                checkpoint_score_order=cfg.tune.mode,
+            ),
+        ),
+    )
+    grid = tuner.fit()
+    result = RoundResult(round_run_id=round_run.run_id, name=name)
+    for trial_result in grid:
+        last = trial_result.metrics or {}
+        trial_id = last.get("trial_id") or (trial_result.path or "").rsplit("/", 1)[-1]
+        if trial_result.error is not None:
+            status = "FAILED"
+        else:
+            status = "FINISHED" if last.get("forge/completed") else "STOPPED"
+        best_ckpt = None
+        if status != "FAILED" and trial_result.best_checkpoints:
+            best_ckpt = trial_result.get_best_checkpoint(cfg.tune.metric, cfg.tune.mode)
+        run = callback.runs.get(trial_id)
+        metrics = {
+            k: float(v)
+            for k, v in last.items()
+            if "/" in k and not k.startswith("forge/") and isinstance(v, (int, float))
+        }
+        result.trials.append(
+            TrialRecord(
+                trial_id=trial_id,
+                run_id=run.run_id if run else None,
+                config=dict(trial_result.config or {}),
+                status=status,
+                metrics=metrics,
+                checkpoint=best_ckpt.path if best_ckpt else None,
+            )
+        )
+    scored = [t for t in result.trials if t.status != "FAILED" and cfg.tune.metric in t.metrics]
+    if not scored:
+        raise RuntimeFault(f"{name}: every trial failed; see the trial runs in MLflow and {storage}")
+    sign = 1 if cfg.tune.mode == "min" else -1
+    result.best = min(scored, key=lambda t: sign * t.metrics[cfg.tune.metric])
+    return result
+
+
+def trials_table(result: RoundResult, keys: list[str]) -> str:
+    """Return the round's trials as CSV: id, status, each searched key, each metric."""
+    metric_names = sorted({m for t in result.trials for m in t.metrics})
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["trial_id", "run_id", "status", *keys, *metric_names])
+    for t in result.trials:
+        writer.writerow(
+            [
+                t.trial_id,
+                t.run_id or "",
+                t.status,
+                *(t.config.get(k, "") for k in keys),
+                *(t.metrics.get(m, "") for m in metric_names),
+            ]
+        )
+    return out.getvalue()
+
+
+def _record_round(
+    cfg: ForgeConfig,
+    params: dict[str, SearchParam],
+    round_run: TrackedRun,
+    tracker: Tracker,
+    result: RoundResult,
+) -> None:
+    keys = list(params)
+    best = result.best
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        (folder / "search_space.json").write_text(
+            json.dumps({k: p.to_expression() for k, p in params.items()}, indent=2)
+        )
+        (folder / "trials.csv").write_text(trials_table(result, keys))
+        (folder / "trials.json").write_text(
+            json.dumps([t.__dict__ for t in result.trials], indent=2, default=str)
+        )
+        round_run.log_artifacts(folder, "round")
+    round_run.log_params({f"space.{k}": p.to_expression() for k, p in params.items()})
+    round_run.log_params(
+        {
+            "tune.num_samples": cfg.tune.num_samples,
+            "tune.scheduler": cfg.tune.scheduler,
+            "tune.searcher": cfg.tune.searcher,
+            "tune.metric": cfg.tune.metric,
+        }
+    )
+    round_run.set_tags({"forge.best_trial_id": best.trial_id, "forge.best_run_id": best.run_id or ""})
+    round_run.log_metrics({f"best/{k}": v for k, v in best.metrics.items()} | {"round/wall_s": result.wall_s})
+    counts = {s: sum(1 for t in result.trials if t.status == s) for s in ("FINISHED", "STOPPED", "FAILED")}
+    round_run.log_metrics({f"round/trials_{s.lower()}": float(n) for s, n in counts.items()})
+    ranked = sorted(
+        (t for t in result.trials if t.checkpoint and t.run_id and cfg.tune.metric in t.metrics),
+        key=lambda t: (1 if cfg.tune.mode == "min" else -1) * t.metrics[cfg.tune.metric],
+    )
+    for trial in ranked[: cfg.tune.top_k]:
+        _log_adapter(tracker, trial)
+
+
+def _log_adapter(tracker: Tracker, trial: TrialRecord) -> None:
+    """Log the adapter files of a trial's best checkpoint (not the optimizer state) to its run."""
+    source = Path(trial.checkpoint)
+    if not source.is_dir():
+        log.warning(
+            "checkpoint %s of trial %s is not on this machine; adapter not logged", source, trial.trial_id
+        )
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ADAPTER_FILES:
+            if (source / name).is_file():
+                (Path(tmp) / name).write_bytes((source / name).read_bytes())
+        TrackedRun(tracker.client, trial.run_id).log_artifacts(Path(tmp), "adapter")

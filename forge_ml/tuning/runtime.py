@@ -1,0 +1,76 @@
+"""The Ray runtime of a round: join a cluster or start a local one, and refuse what cannot run."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from forge_ml.config import TuneConfig
+from forge_ml.errors import ConfigError, RuntimeFault
+from forge_ml.project import Project
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def ray_runtime(tune_cfg: TuneConfig) -> Iterator[None]:
+    """Connect to `tune.address`, or start a local runtime sized by `tune.num_cpus`; shut down what we started."""
+    import os
+
+    import ray
+
+    # Trials checkpoint every epoch by design; Ray's snapshot-frequency warning is noise here.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    if ray.is_initialized():
+        yield
+        return
+    kwargs = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
+    try:
+        if tune_cfg.address:
+            ray.init(address=tune_cfg.address, **kwargs)
+        else:
+            ray.init(num_cpus=tune_cfg.num_cpus, **kwargs)
+    except ConnectionError as exc:
+        raise RuntimeFault(
+            f"tune.address={tune_cfg.address!r}: cannot reach the Ray cluster ({exc})"
+        ) from exc
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def storage_path(tune_cfg: TuneConfig, project: Project) -> str:
+    """Return where trials keep checkpoints: the configured URI, or <project>/output/ray."""
+    if tune_cfg.storage_path:
+        if "://" in tune_cfg.storage_path:
+            return tune_cfg.storage_path
+        return str(project.resolve(tune_cfg.storage_path))
+    return str(project.output / "ray")
+
+
+def preflight(tune_cfg: TuneConfig, storage: str) -> None:
+    """Refuse, before any trial starts, a request no node can hold or local storage on several nodes."""
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    want = {"CPU": tune_cfg.resources.cpu, "GPU": tune_cfg.resources.gpu}
+    fits = [n for n in nodes if all(n["Resources"].get(k, 0.0) >= v for k, v in want.items() if v > 0)]
+    if not fits:
+        biggest = max(
+            (f"{n['Resources'].get('CPU', 0):g} CPU / {n['Resources'].get('GPU', 0):g} GPU" for n in nodes),
+            default="none",
+        )
+        raise ConfigError(
+            f"tune.resources: a trial asks for {want['CPU']:g} CPU / {want['GPU']:g} GPU but the largest node "
+            f"has {biggest}; lower tune.resources or add a bigger node"
+        )
+    if len(nodes) > 1 and "://" not in storage and not Path(storage).is_absolute():
+        raise ConfigError(f"tune.storage_path: {storage!r} must be absolute or a URI")
+    if len(nodes) > 1 and "://" not in storage:
+        raise ConfigError(
+            f"tune.storage_path: {storage} is local to this machine but the cluster has {len(nodes)} nodes; "
+            "set tune.storage_path to a location every node reaches (s3://..., gs://..., or shared NFS as file://...)"
+        )

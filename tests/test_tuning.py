@@ -1,0 +1,151 @@
+"""Rounds on a real local Ray runtime, recorded in a real MLflow store."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from forge_ml.compose import compose_config
+from forge_ml.errors import RuntimeFault
+from forge_ml.trainables.sft import FAULT_ENV
+from forge_ml.tuning.engine import run_round
+from tests.conftest import FAST, run_cli
+
+pytestmark = pytest.mark.slow
+ROUND = [*FAST, "tune.max_concurrent_trials=2", "tune.resources.cpu=1", "tune.num_cpus=2"]
+
+
+def client_for(project) -> tuple[MlflowClient, str]:
+    client = MlflowClient(tracking_uri=f"sqlite:///{project.root / 'mlflow.db'}")
+    return client, client.get_experiment_by_name(project.root.name).experiment_id
+
+
+def runs_of_kind(project, kind: str) -> list:
+    client, exp = client_for(project)
+    return client.search_runs([exp], filter_string=f"tags.`forge.kind` = '{kind}'")
+
+
+def test_round_leaves_a_round_run_with_one_nested_run_per_trial(small_project):
+    cfg = compose_config(small_project, [*ROUND, "tune.num_samples=4", "tune.scheduler=fifo"])
+    space = {"lora.r": "choice(4,8)", "training.learning_rate": "tag(log, interval(1e-3, 1e-2))"}
+    result = run_round(cfg, space)
+
+    client, _ = client_for(small_project)
+    (round_run,) = runs_of_kind(small_project, "round")
+    trials = runs_of_kind(small_project, "trial")
+    assert round_run.info.run_name == "round-001" and round_run.info.status == "FINISHED"
+    assert len(trials) == 4 and len(result.trials) == 4
+    assert {t.data.tags["mlflow.parentRunId"] for t in trials} == {round_run.info.run_id}
+    by_id = {t.trial_id: t for t in result.trials}
+    for run in trials:
+        record = by_id[run.data.tags["forge.trial_id"]]
+        assert run.info.status == "FINISHED"
+        assert run.data.params["lora.r"] == str(record.config["lora.r"])
+        assert float(run.data.params["training.learning_rate"]) == pytest.approx(
+            record.config["training.learning_rate"]
+        )
+        assert run.data.params["training.epochs"] == "2"
+        for metric in ("train/loss", "dev/loss"):
+            assert [m.step for m in client.get_metric_history(run.info.run_id, metric)] == [1, 2]
+        assert 0.0 <= run.data.metrics["dev/accuracy"] <= 1.0
+
+    best = min(result.trials, key=lambda t: t.metrics["dev/loss"])
+    assert result.best.trial_id == best.trial_id
+    assert round_run.data.tags["forge.best_trial_id"] == best.trial_id
+    assert round_run.data.metrics["best/dev/loss"] == pytest.approx(best.metrics["dev/loss"])
+    assert round_run.data.params["space.lora.r"] == "choice(4,8)"
+    table = client.download_artifacts(round_run.info.run_id, "round/trials.csv")
+    rows = list(csv.DictReader(io.StringIO(Path(table).read_text())))
+    assert sorted(r["trial_id"] for r in rows) == sorted(by_id)
+    adapters = [a.path for a in client.list_artifacts(best.run_id, "adapter")]
+    assert "adapter/adapter_model.safetensors" in adapters
+    others = [t for t in result.trials if t.trial_id != best.trial_id]
+    assert all(not client.list_artifacts(t.run_id, "adapter") for t in others)  # top_k = 1
+
+
+def test_asha_stops_bad_configurations_early(small_project):
+    cfg = compose_config(
+        small_project,
+        [
+            *ROUND,
+            "training.epochs=3",
+            "tune.num_samples=4",
+            "tune.searcher=random",
+            "tune.scheduler=asha",
+            "tune.grace_period=1",
+            "tune.reduction_factor=2",
+        ],
+    )
+    good, bad = {"training.learning_rate": 5e-3}, {"training.learning_rate": 1e-6}
+    result = run_round(
+        cfg, {"training.learning_rate": "choice(5e-3, 1e-6)"}, first_points=[good, bad, bad, bad]
+    )
+    stopped = [t for t in result.trials if t.status == "STOPPED"]
+    assert stopped and all(t.config == bad for t in stopped)
+    assert result.best.config == good and result.best.status == "FINISHED"
+    client, _ = client_for(small_project)
+    for trial in stopped:
+        run = client.get_run(trial.run_id)
+        assert run.info.status == "FINISHED" and run.data.tags["forge.stopped_early"] == "true"
+        assert len(client.get_metric_history(trial.run_id, "dev/loss")) < 3
+        assert "dev/accuracy" not in run.data.metrics
+
+
+def test_a_trial_that_crashes_once_resumes_from_its_checkpoint(small_project, monkeypatch):
+    monkeypatch.setenv(FAULT_ENV, "1")
+    cfg = compose_config(
+        small_project,
+        [*ROUND, "training.epochs=3", "tune.num_samples=1", "tune.scheduler=fifo", "tune.max_failures=1"],
+    )
+    result = run_round(cfg, {"lora.r": "choice(4)"})
+    (trial,) = result.trials
+    assert trial.status == "FINISHED"
+    client, _ = client_for(small_project)
+    (run,) = runs_of_kind(small_project, "trial")
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["forge.restored_from_checkpoint"] == "true"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "dev/loss")] == [1, 2, 3]
+    assert "dev/accuracy" in run.data.metrics
+
+
+def test_a_round_whose_every_trial_fails_is_a_runtime_fault(small_project, monkeypatch):
+    monkeypatch.setenv(FAULT_ENV, "1")
+    cfg = compose_config(
+        small_project, [*ROUND, "tune.num_samples=2", "tune.scheduler=fifo", "tune.max_failures=0"]
+    )
+    with pytest.raises(RuntimeFault, match="every trial failed"):
+        run_round(cfg, {"lora.r": "choice(4,8)"})
+    trials = runs_of_kind(small_project, "trial")
+    assert len(trials) == 2 and all(t.info.status == "FAILED" for t in trials)
+    assert all("injected fault" in t.data.tags["forge.error"] for t in trials), [
+        t.data.tags["forge.error"] for t in trials
+    ]
+    (round_run,) = runs_of_kind(small_project, "round")
+    assert round_run.info.status == "FAILED"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["lora.r=choice(4,"], "does not parse"),
+        (["lora.rank=choice(4,8)"], "'lora.rank' is not a config key"),
+        (["training.learning_rate=interval(1e-2, 1e-4)"], "must be below high"),
+        (["lora.r=choice(4,0)"], "lora.r=0 gives an invalid config"),
+        (["lora.r=choice(4,8)", "tune.resources.cpu=512"], "a trial asks for 512 CPU"),
+    ],
+)
+def test_bad_round_input_exits_1_before_any_trial(small_project, args, fragment):
+    result = run_cli("tune", *args, cwd=small_project.root)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert fragment in result.stderr.replace("\n", "")
+    assert not runs_of_kind_safe(small_project)
+
+
+def runs_of_kind_safe(project) -> list:
+    if not (project.root / "mlflow.db").exists():
+        return []
+    return runs_of_kind(project, "round") + runs_of_kind(project, "trial")
