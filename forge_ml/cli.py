@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_ml import __version__
-from forge_ml.console import console, results
+from forge_ml.console import console, print_round, results
 from forge_ml.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUNTIME, ForgeError, RuntimeFault
 from forge_ml.project import Project, find_project, init_project, packaged_examples
 
@@ -114,32 +114,6 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     return EXIT_OK
 
 
-def _short(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def _print_round(result: Any, metric: str) -> None:
-    from rich.table import Table
-
-    keys = sorted({k for t in result.trials for k in t.config})
-    table = Table(
-        title=f"{result.name}: best trial {result.best.trial_id} "
-        f"({metric} {result.best.metrics[metric]:.4f}) in {result.wall_s:.0f}s"
-    )
-    for column in ("trial", "status", *keys, metric, "dev/accuracy"):
-        table.add_column(column)
-    for t in result.trials:
-        acc = t.metrics.get("dev/accuracy")
-        table.add_row(
-            t.trial_id,
-            t.status,
-            *(_short(t.config.get(k, "")) for k in keys),
-            f"{t.metrics[metric]:.4f}" if metric in t.metrics else "-",
-            f"{acc:.3f}" if acc is not None else "-",
-        )
-    results.print(table)
-
-
 def cmd_tune(args: argparse.Namespace, extra: list[str]) -> int:
     from forge_ml.compose import compose_config
     from forge_ml.search import split_sweep_overrides
@@ -149,7 +123,7 @@ def cmd_tune(args: argparse.Namespace, extra: list[str]) -> int:
     space, fixed = split_sweep_overrides([*args.overrides, *extra])
     cfg = compose_config(project, fixed)
     result = run_round(cfg, {**cfg.tune.space, **space})
-    _print_round(result, cfg.tune.metric)
+    print_round(result, cfg.tune.metric)
     console.print(f"see the round: forge-ml -p {project.root} ui")
     return EXIT_OK
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -26,3 +27,29 @@ def progress(description: str, total: int) -> Iterator[Callable[[int], None]]:
     ) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n: bar.advance(task, n)
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def print_round(result: Any, metric: str) -> None:
+    from rich.table import Table
+
+    keys = sorted({k for t in result.trials for k in t.config})
+    table = Table(
+        title=f"{result.name}: best trial {result.best.trial_id} "
+        f"({metric} {result.best.metrics[metric]:.4f}) in {result.wall_s:.0f}s"
+    )
+    for column in ("trial", "status", *keys, metric, "dev/accuracy"):
+        table.add_column(column)
+    for t in result.trials:
+        acc = t.metrics.get("dev/accuracy")
+        table.add_row(
+            t.trial_id,
+            t.status,
+            *(_short(t.config.get(k, "")) for k in keys),
+            f"{t.metrics[metric]:.4f}" if metric in t.metrics else "-",
+            f"{acc:.3f}" if acc is not None else "-",
+        )
+    results.print(table)

@@ -149,3 +149,25 @@ def runs_of_kind_safe(project) -> list:
     if not (project.root / "mlflow.db").exists():
         return []
     return runs_of_kind(project, "round") + runs_of_kind(project, "trial")
+
+
+def test_hydra_multirun_through_the_tune_sweeper(small_project):
+    result = run_cli(
+        "train",
+        "-m",
+        "hydra/sweeper=tune",
+        "lora.r=choice(4,8)",
+        "training.learning_rate=tag(log, interval(1e-3, 1e-2))",
+        "tune.num_samples=2",
+        *ROUND,
+        cwd=small_project.root,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (round_run,) = runs_of_kind(small_project, "round")
+    trials = runs_of_kind(small_project, "trial")
+    assert len(trials) == 2 and all(t.info.status == "FINISHED" for t in trials)
+    sweep_dir = Path(round_run.data.tags["forge.sweep"])
+    assert sweep_dir.is_relative_to(small_project.root / "output" / "multirun")
+    assert (sweep_dir / "multirun.yaml").is_file()
+    assert round_run.data.params["space.lora.r"] == "choice(4,8)"
+    assert "round-001: best trial" in result.stdout.replace("\n", " ")

@@ -101,7 +101,7 @@ class RoundTracker(Callback):
             if not completed:
                 run.set_tags({"forge.stopped_early": "true"})
             run.finish("FINISHED")
-        self._progress(trials)
+        self._progress(trials, trial)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.counts["failed"] += 1
@@ -109,7 +109,7 @@ class RoundTracker(Callback):
         if run is not None:
             run.set_tags({"forge.error": error_summary(_trial_error(trial))})
             run.finish("FAILED")
-        self._progress(trials)
+        self._progress(trials, trial)
 
     # -- helpers ---------------------------------------------------------------------------
     round_run_name = "trial"
@@ -117,8 +117,8 @@ class RoundTracker(Callback):
     def _better(self, a: float, b: float) -> bool:
         return a < b if self.mode == "min" else a > b
 
-    def _progress(self, trials: list) -> None:
-        running = sum(1 for t in trials if t.status == "RUNNING")
+    def _progress(self, trials: list, ended: Any) -> None:
+        running = sum(1 for t in trials if t.status == "RUNNING" and t is not ended)
         best = f"best {self.metric} {self.best[0]:.4f} ({self.best[1]})" if self.best else "no result yet"
         console.print(
             f"trials: {running} running, {self.counts['finished']} finished, {self.counts['stopped']} stopped early, "
