@@ -87,6 +87,7 @@ def test_asha_stops_bad_configurations_early(small_project):
     stopped = [t for t in result.trials if t.status == "STOPPED"]
     assert stopped and all(t.config == bad for t in stopped)
     assert result.best.config == good and result.best.status == "FINISHED"
+    assert result.epochs_trained < 4 * 3  # ASHA saved epochs against running every trial to the end
     client, _ = client_for(small_project)
     for trial in stopped:
         run = client.get_run(trial.run_id)

@@ -6,12 +6,14 @@ trained to produce after the prompt are exactly those it must generate at eval t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
 from forge_ml.data.examples import Example
 
 IGNORE_INDEX = -100
+PASS_LOG_ENV = "FORGE_TOKENIZE_LOG"  # bench hook: append "pid examples" per tokenisation pass
 
 
 def build_messages(system_prompt: str, user: str, *, system_role: bool = True) -> list[dict[str, str]]:
@@ -50,6 +52,9 @@ def tokenize_for_sft(
     examples: Sequence[Example], tokenizer: Any, system_prompt: str, *, system_role: bool = True
 ) -> dict[str, list[list[int]]]:
     """Return columns `input_ids` and `labels` (prompt tokens masked with -100)."""
+    if os.environ.get(PASS_LOG_ENV):
+        with open(os.environ[PASS_LOG_ENV], "a", encoding="utf-8") as log:
+            log.write(f"{os.getpid()} {len(examples)}\n")
     input_ids, labels = [], []
     for ex in examples:
         prompt = render_prompt(tokenizer, system_prompt, ex.user, system_role=system_role)

@@ -25,7 +25,8 @@ class TrialContext:
     """What every trial of a round shares (placed once in Ray's object store)."""
 
     base_config: dict[str, Any]
-    base_source: str
+    base_source: str  # a local directory (the tiny model, or the driver's Hub snapshot) or a Hub id
+    base_revision: str | None
     tokenizer: Any
     train_dataset: Any
     dev_dataset: Any
@@ -73,7 +74,7 @@ def sft_trial(config: dict[str, Any], context: TrialContext) -> None:
         if crash_after and epoch == crash_after and resume_dir is None:
             raise RuntimeError(f"injected fault after epoch {epoch} ({FAULT_ENV})")
 
-    model = load_base_model(BaseModelRef(context.base_source, None, True), cfg)
+    model = load_base_model(BaseModelRef(context.base_source, context.base_revision, True), cfg)
     with tempfile.TemporaryDirectory(prefix="forge-trial-") as scratch:
         outcome = train_sft(
             cfg,

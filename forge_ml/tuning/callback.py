@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,20 @@ def _trial_error(trial: Any) -> str | None:
     return str(trial.get_error() or "") or None
 
 
+def _timed(hook):
+    """Accumulate the driver time a hook takes: the round's tracking overhead."""
+
+    @functools.wraps(hook)
+    def wrapper(self, *args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return hook(self, *args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    return wrapper
+
+
 class RoundTracker(Callback):
     """Writes each trial to MLflow as a child of the round run; the only MLflow writer of a round."""
 
@@ -58,8 +74,12 @@ class RoundTracker(Callback):
         self.logged_epochs: dict[str, set[int]] = {}
         self.best: tuple[float, str] | None = None
         self.counts = {"finished": 0, "stopped": 0, "failed": 0}
+        self.seconds = 0.0  # driver time spent in these hooks
+        self.epochs_trained = 0
+        self._epochs_seen: dict[str, set[int]] = {}
 
     # -- Ray Tune hooks --------------------------------------------------------------------
+    @_timed
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         if trial.trial_id in self.runs or not self.enabled:
             return
@@ -76,7 +96,12 @@ class RoundTracker(Callback):
         self.runs[trial.trial_id] = run
         self.logged_epochs[trial.trial_id] = set()
 
+    @_timed
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        seen = self._epochs_seen.setdefault(trial.trial_id, set())
+        if "epoch" in result and int(result["epoch"]) not in seen:
+            seen.add(int(result["epoch"]))
+            self.epochs_trained += 1
         value = result.get(self.metric)
         if value is not None and (self.best is None or self._better(value, self.best[0])):
             self.best = (float(value), trial.trial_id)
@@ -93,6 +118,7 @@ class RoundTracker(Callback):
         if result.get("forge/restored"):
             run.set_tags({"forge.restored_from_checkpoint": "true"})
 
+    @_timed
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         completed = bool((trial.last_result or {}).get("forge/completed"))
         self.counts["finished" if completed else "stopped"] += 1
@@ -103,6 +129,7 @@ class RoundTracker(Callback):
             run.finish("FINISHED")
         self._progress(trials, trial)
 
+    @_timed
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.counts["failed"] += 1
         run = self.runs.get(trial.trial_id)

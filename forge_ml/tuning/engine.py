@@ -22,6 +22,7 @@ from forge_ml.data.chat import sft_dataset
 from forge_ml.data.project_data import load_project_data
 from forge_ml.errors import ConfigError, RuntimeFault
 from forge_ml.models.loader import load_tokenizer, resolve_base
+from forge_ml.models.source import is_local
 from forge_ml.project import Project
 from forge_ml.search import SearchParam, parse_space, tune_space
 from forge_ml.tracking import TrackedRun, Tracker, config_params
@@ -56,7 +57,8 @@ class RoundResult:
     trials: list[TrialRecord] = field(default_factory=list)
     best: TrialRecord | None = None
     wall_s: float = 0.0
-    tokenization_passes: int = 0
+    tracking_s: float = 0.0  # driver time spent writing trials to MLflow
+    epochs_trained: int = 0  # epochs reported by all trials together
 
 
 def check_space(cfg: ForgeConfig, params: dict[str, SearchParam]) -> None:
@@ -123,6 +125,16 @@ def _scheduler(cfg: ForgeConfig) -> Any:
     )
 
 
+def hub_snapshot(repo_id: str, revision: str | None) -> str:
+    """Return the local directory of a Hub model, downloading it once for every trial of the round."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(repo_id, revision=revision)
+    except Exception as exc:
+        raise RuntimeFault(f"model.name_or_path: cannot fetch {repo_id!r} from the Hub ({exc})") from exc
+
+
 def next_round_name(tracker: Tracker) -> str:
     runs = tracker.client.search_runs(
         [tracker.experiment_id], filter_string="tags.`forge.kind` = 'round'", max_results=10_000
@@ -154,6 +166,7 @@ def run_round(
     context = TrialContext(
         base_config=config_to_dict(cfg),
         base_source=base.source,
+        base_revision=base.revision,
         tokenizer=tokenizer,
         train_dataset=sft_dataset(data.train, tokenizer, data.system_prompt, system_role=role),
         dev_dataset=sft_dataset(data.dev, tokenizer, data.system_prompt, system_role=role),
@@ -163,14 +176,15 @@ def run_round(
     tracker = Tracker(cfg, project)
     storage = storage_path(cfg.tune, project)
     with ray_runtime(cfg.tune):
-        preflight(cfg.tune, storage)
+        nodes = preflight(cfg.tune, storage)
+        if not is_local(base.source) and nodes == 1:
+            context.base_source, context.base_revision = hub_snapshot(base.source, base.revision), None
         name = next_round_name(tracker)
         round_tags = {"forge.kind": "round", "forge.round": name, **(tags or {})}
         with tracker.start_run(name, round_tags) as round_run:
             round_run.log_params(config_params(cfg))
             searcher = _searcher(cfg, params, warm_start or [], first_points or [])
             result = _fit(cfg, params, context, tracker, round_run, storage, name, searcher, track)
-            result.tokenization_passes = 1
             result.wall_s = time.perf_counter() - started
             _record_round(cfg, params, round_run, tracker, result)
     return result
@@ -207,6 +221,7 @@ def _fit(
             mode=cfg.tune.mode,
             num_samples=cfg.tune.num_samples,
             max_concurrent_trials=cfg.tune.max_concurrent_trials,
+            reuse_actors=True,  # a worker keeps torch & co. imported from one trial to the next
             search_alg=searcher,
             scheduler=_scheduler(cfg),
         ),
@@ -225,6 +240,8 @@ def _fit(
     )
     grid = tuner.fit()
     result = RoundResult(round_run_id=round_run.run_id, name=name)
+    result.tracking_s = callback.seconds
+    result.epochs_trained = callback.epochs_trained
     for trial_result in grid:
         last = trial_result.metrics or {}
         trial_id = last.get("trial_id") or (trial_result.path or "").rsplit("/", 1)[-1]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 from forge_ml.config import TuneConfig
 from forge_ml.errors import ConfigError, RuntimeFault
@@ -23,6 +22,7 @@ def ray_runtime(tune_cfg: TuneConfig) -> Iterator[None]:
 
     # Trials checkpoint every epoch by design; Ray's snapshot-frequency warning is noise here.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # forge-ml prints its own trial progress
     if ray.is_initialized():
         yield
         return
@@ -51,8 +51,8 @@ def storage_path(tune_cfg: TuneConfig, project: Project) -> str:
     return str(project.output / "ray")
 
 
-def preflight(tune_cfg: TuneConfig, storage: str) -> None:
-    """Refuse, before any trial starts, a request no node can hold or local storage on several nodes."""
+def preflight(tune_cfg: TuneConfig, storage: str) -> int:
+    """Return the number of live nodes; refuse a request no node can hold or local storage on several nodes."""
     import ray
 
     nodes = [n for n in ray.nodes() if n.get("Alive")]
@@ -67,10 +67,9 @@ def preflight(tune_cfg: TuneConfig, storage: str) -> None:
             f"tune.resources: a trial asks for {want['CPU']:g} CPU / {want['GPU']:g} GPU but the largest node "
             f"has {biggest}; lower tune.resources or add a bigger node"
         )
-    if len(nodes) > 1 and "://" not in storage and not Path(storage).is_absolute():
-        raise ConfigError(f"tune.storage_path: {storage!r} must be absolute or a URI")
     if len(nodes) > 1 and "://" not in storage:
         raise ConfigError(
             f"tune.storage_path: {storage} is local to this machine but the cluster has {len(nodes)} nodes; "
             "set tune.storage_path to a location every node reaches (s3://..., gs://..., or shared NFS as file://...)"
         )
+    return len(nodes)
