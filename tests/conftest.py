@@ -68,3 +68,19 @@ def write_jsonl(path: Path, rows: list) -> None:
     path.write_text(
         "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8"
     )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` need CUDA; skip them (with the reason) on machines without it."""
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:  # pragma: no cover
+        has_cuda = False
+    if has_cuda:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
