@@ -38,6 +38,7 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(VPY) bench/train_overhead.py
 	$(VPY) bench/eval_batching.py
+	$(VPY) bench/round_efficiency.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -106,7 +106,11 @@ def _searcher(
         )
     from ray.tune.search import BasicVariantGenerator
 
-    return BasicVariantGenerator(points_to_evaluate=fresh or None, random_state=cfg.tune.seed)
+    return BasicVariantGenerator(
+        points_to_evaluate=fresh or None,
+        random_state=cfg.tune.seed,
+        max_concurrent=cfg.tune.max_concurrent_trials,
+    )
 
 
 def _scheduler(cfg: ForgeConfig) -> Any:
@@ -220,7 +224,8 @@ def _fit(
             metric=cfg.tune.metric,
             mode=cfg.tune.mode,
             num_samples=cfg.tune.num_samples,
-            max_concurrent_trials=cfg.tune.max_concurrent_trials,
+            # A Searcher is wrapped in Ray's concurrency limiter; the random generator limits itself.
+            max_concurrent_trials=cfg.tune.max_concurrent_trials if cfg.tune.searcher == "optuna" else None,
             reuse_actors=True,  # a worker keeps torch & co. imported from one trial to the next
             search_alg=searcher,
             scheduler=_scheduler(cfg),
