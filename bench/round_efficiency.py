@@ -11,7 +11,7 @@ Prints, from one run on the drone-router example and the tiny model:
   (d) epochs trained by ASHA vs FIFO on the same space and first points, with the best dev
       loss each reached                                                   — bound: <= 0.6
 
-    .venv/bin/python bench/round_efficiency.py [--trials 8] [--epochs 3] [--examples 480] [--keep]
+    .venv/bin/python bench/round_efficiency.py [--trials 8] [--epochs 6] [--examples 400] [--keep]
 """
 
 from __future__ import annotations
@@ -98,8 +98,8 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--trials", type=int, default=8)
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--examples", type=int, default=480, help="training examples kept from the example")
+    parser.add_argument("--epochs", type=int, default=6, help="enough epochs for ASHA rungs at 1, 2 and 4")
+    parser.add_argument("--examples", type=int, default=400, help="training examples kept from the example")
     parser.add_argument(
         "--keep", action="store_true", help="keep the temp project (MLflow store, Ray results)"
     )
