@@ -14,7 +14,7 @@ from typing import Any
 
 from forge_ml import __version__
 from forge_ml.console import console, print_round, results
-from forge_ml.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUNTIME, ForgeError, RuntimeFault
+from forge_ml.errors import EXIT_OK, EXIT_RUNTIME, ForgeError, RuntimeFault
 from forge_ml.project import Project, find_project, init_project, packaged_examples
 
 log = logging.getLogger("forge_ml")
@@ -230,6 +230,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-__all__ = ["EXIT_BAD_INPUT", "main"]

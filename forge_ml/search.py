@@ -89,8 +89,6 @@ class SearchParam:
 def _literal(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
-        return repr(value)
     return str(value)
 
 

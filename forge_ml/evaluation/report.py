@@ -40,6 +40,14 @@ class EvalReport:
     def failures(self) -> list[ScoredExample]:
         return [item for item in self.items if item.score < 1.0]
 
+    def metrics(self, prefix: str) -> dict[str, float]:
+        """Return the report as MLflow metrics: `<prefix>/accuracy`, `/failures`, `/accuracy/<category>`."""
+        metrics = {f"{prefix}/accuracy": self.accuracy, f"{prefix}/failures": float(self.failure_count)}
+        metrics |= {
+            f"{prefix}/accuracy/{name}": stats["accuracy"] for name, stats in self.per_category.items()
+        }
+        return metrics
+
     def summary(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("items")

@@ -79,9 +79,7 @@ def run_eval(
             scorer=scorer,
             label="gold",
         )
-        metrics = {"gold/accuracy": report.accuracy, "gold/failures": float(report.failure_count)}
-        metrics |= {f"gold/accuracy/{k}": v["accuracy"] for k, v in report.per_category.items()}
-        run.log_metrics(metrics)
+        run.log_metrics(report.metrics("gold"))
         results, failures = write_report(
             report, project.output, {"run_id": run.run_id, "target": target, "split": "gold"}
         )

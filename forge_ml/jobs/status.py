@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 from rich.table import Table
 
@@ -55,25 +56,18 @@ def runs_summary(cfg: ForgeConfig, project: Project, limit: int = 5) -> Table | 
     exp = client.get_experiment_by_name(experiment_name(cfg))
     if exp is None:
         return None
+    metrics = ("dev/loss", "dev/accuracy", "gold/accuracy")
     table = Table(title=f"latest MLflow runs ({experiment_name(cfg)})")
-    for column in ("run", "status", "dev/loss", "dev/accuracy", "gold/accuracy", "started"):
+    for column in ("run", "status", *metrics, "started"):
         table.add_column(column)
     for run in runs_table(client, [exp.experiment_id], limit):
-        m = run.data.metrics
+        values = run.data.metrics
         started = run.info.start_time
-
-        def fmt(key: str, m=m) -> str:
-            return f"{m[key]:.3f}" if key in m else "-"
-
-        from datetime import datetime
-
         when = datetime.fromtimestamp(started / 1000).strftime("%Y-%m-%d %H:%M") if started else "-"
         table.add_row(
             f"{run.info.run_name} ({run.info.run_id[:8]})",
             run.info.status,
-            fmt("dev/loss"),
-            fmt("dev/accuracy"),
-            fmt("gold/accuracy"),
+            *(f"{values[key]:.3f}" if key in values else "-" for key in metrics),
             when,
         )
     return table

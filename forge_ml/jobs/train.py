@@ -60,13 +60,6 @@ def _log_data(run: TrackedRun, cfg: ForgeConfig, project: Project, data: Project
     run.log_dataset("gold", data.gold, hashes["gold"], project.resolve(cfg.task.gold_path), "evaluation")
 
 
-def _eval_metrics(prefix: str, report: EvalReport) -> dict[str, float]:
-    metrics = {f"{prefix}/accuracy": report.accuracy, f"{prefix}/failures": float(report.failure_count)}
-    for name, stats in report.per_category.items():
-        metrics[f"{prefix}/accuracy/{name}"] = stats["accuracy"]
-    return metrics
-
-
 def run_train(
     cfg: ForgeConfig, *, run_name: str = "train", tags: dict[str, Any] | None = None
 ) -> TrainSummary:
@@ -110,7 +103,7 @@ def run_train(
         dev = evaluate_examples(outcome.model, tokenizer, data.dev, label="dev", **kwargs)
         gold = evaluate_examples(outcome.model, tokenizer, data.gold, label="gold", **kwargs)
         step = cfg.training.epochs
-        run.log_metrics({**_eval_metrics("dev", dev), **_eval_metrics("gold", gold)}, step=step)
+        run.log_metrics(dev.metrics("dev") | gold.metrics("gold"), step=step)
 
         extra = {
             "run_id": run.run_id,

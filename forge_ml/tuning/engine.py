@@ -273,12 +273,17 @@ def _fit(
                 checkpoint=best_ckpt.path if best_ckpt else None,
             )
         )
-    scored = [t for t in result.trials if t.status != "FAILED" and cfg.tune.metric in t.metrics]
+    scored = rank_trials(result.trials, cfg.tune.metric, cfg.tune.mode)
     if not scored:
         raise RuntimeFault(f"{name}: every trial failed; see the trial runs in MLflow and {storage}")
-    sign = 1 if cfg.tune.mode == "min" else -1
-    result.best = min(scored, key=lambda t: sign * t.metrics[cfg.tune.metric])
+    result.best = scored[0]
     return result
+
+
+def rank_trials(trials: list[TrialRecord], metric: str, mode: str) -> list[TrialRecord]:
+    """Return the trials that reported `metric` and did not fail, best first."""
+    scored = [t for t in trials if t.status != "FAILED" and metric in t.metrics]
+    return sorted(scored, key=lambda t: t.metrics[metric], reverse=mode == "max")
 
 
 def trials_table(result: RoundResult, keys: list[str]) -> str:
@@ -332,10 +337,9 @@ def _record_round(
     round_run.log_metrics({f"best/{k}": v for k, v in best.metrics.items()} | {"round/wall_s": result.wall_s})
     counts = {s: sum(1 for t in result.trials if t.status == s) for s in ("FINISHED", "STOPPED", "FAILED")}
     round_run.log_metrics({f"round/trials_{s.lower()}": float(n) for s, n in counts.items()})
-    ranked = sorted(
-        (t for t in result.trials if t.checkpoint and t.run_id and cfg.tune.metric in t.metrics),
-        key=lambda t: (1 if cfg.tune.mode == "min" else -1) * t.metrics[cfg.tune.metric],
-    )
+    ranked = [
+        t for t in rank_trials(result.trials, cfg.tune.metric, cfg.tune.mode) if t.checkpoint and t.run_id
+    ]
     for trial in ranked[: cfg.tune.top_k]:
         _log_adapter(tracker, trial)
 
