@@ -1,5 +1,5 @@
 # forge-ml — the two commands a newcomer needs:
-#   make demo   train + evaluate the tiny model on the drone-router example (CPU, minutes)
+#   make demo   the flywheel on the drone-router example: 3 rounds, offline, tiny model (CPU, minutes)
 #   make test   the test suite
 # Both create .venv when missing and install what they need.
 
@@ -24,10 +24,14 @@ $(STAMP): pyproject.toml scripts/install_torch.sh | $(VPY)
 
 install: $(STAMP)
 
+# The demo starts from the example's 30 seed examples (`clean` drops its pre-generated data)
+# and lets the flywheel grow the data round by round. Run it again: it resumes, and with all
+# rounds done it only prints the status. Claude plans instead when ANTHROPIC_API_KEY is set.
 demo: $(STAMP)
-	@test -f $(DEMO_DIR)/forge.yaml || $(FORGE) init $(DEMO_DIR) --example drone-router
-	$(FORGE) -p $(DEMO_DIR) train
+	@test -f $(DEMO_DIR)/forge.yaml || { $(FORGE) init $(DEMO_DIR) --example drone-router && $(FORGE) -p $(DEMO_DIR) clean; }
+	$(FORGE) -p $(DEMO_DIR) flywheel
 	$(FORGE) -p $(DEMO_DIR) status
+	@echo "open the MLflow UI (rounds, trials, registry): $(FORGE) -p $(DEMO_DIR) ui"
 
 test: $(STAMP)
 	$(VPY) -m pytest $(PYTEST_ARGS)
@@ -39,6 +43,7 @@ bench: $(STAMP)
 	$(VPY) bench/train_overhead.py
 	$(VPY) bench/eval_batching.py
 	$(VPY) bench/round_efficiency.py
+	$(VPY) bench/search_efficiency.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -9,15 +9,21 @@ import argparse
 import logging
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 from forge_ml import __version__
 from forge_ml.console import console, print_round, results
-from forge_ml.errors import EXIT_OK, EXIT_RUNTIME, ForgeError, RuntimeFault
+from forge_ml.errors import EXIT_GATE, EXIT_OK, EXIT_RUNTIME, ConfigError, ForgeError, RuntimeFault
 from forge_ml.project import Project, find_project, init_project, packaged_examples
 
 log = logging.getLogger("forge_ml")
+QUIET_ENV = {
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,6 +49,24 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "overrides", nargs="*", help="sweeps form the space ('lora.r=choice(4,8)'); other overrides are fixed"
     )
+
+    p = sub.add_parser("flywheel", help="improve the model round after round toward eval.target_accuracy")
+    p.add_argument(
+        "--rounds", type=int, help="rounds in all, earlier runs included (default: flywheel.max_rounds)"
+    )
+    p.add_argument("--skip-train", action="store_true", help="plan and add data only: no trials, no gate")
+    p.add_argument(
+        "--rebaseline", action="store_true", help="re-measure the champion on a changed gold set first"
+    )
+    p.add_argument(
+        "--require-target",
+        action="store_true",
+        help="exit 3 unless the champion reaches eval.target_accuracy",
+    )
+    p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. planner=offline tune.num_samples=4")
+
+    p = sub.add_parser("clean", help="remove generated examples from canonical (seed and hand-written stay)")
+    p.add_argument("overrides", nargs="*")
 
     p = sub.add_parser("eval", help="evaluate an adapter (default: the last trained) on gold")
     p.add_argument("--adapter", help="adapter or model directory (default: output/last_train.json)")
@@ -128,6 +152,66 @@ def cmd_tune(args: argparse.Namespace, extra: list[str]) -> int:
     return EXIT_OK
 
 
+def _print_rounds(records: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    table = Table(title="flywheel rounds")
+    for column in (
+        "round",
+        "planner",
+        "examples",
+        "best dev acc",
+        "gold acc",
+        "version",
+        "gate",
+        "champion acc",
+    ):
+        table.add_column(column)
+    for r in records:
+        dev, gold, champion = r.get("dev_accuracy"), r.get("gold_accuracy"), r.get("champion_accuracy")
+        table.add_row(
+            str(r["iteration"]),
+            str(r.get("planner", "")),
+            f"{r.get('dataset_size', 0)} (+{r.get('examples_added', 0)})",
+            "-" if dev is None else f"{dev:.3f}",
+            "-" if gold is None else f"{gold:.3f}",
+            f"v{r['version']}" if r.get("version") else "-",
+            ("promoted" if r.get("promoted") else "refused") if r.get("version") else "-",
+            "-" if champion is None else f"{champion:.3f}",
+        )
+    results.print(table)
+
+
+def cmd_flywheel(args: argparse.Namespace, extra: list[str]) -> int:
+    from forge_ml.flywheel import Flywheel
+
+    project = _project(args)
+    if args.rounds is not None and args.rounds < 1:
+        raise ConfigError(f"--rounds {args.rounds}: must be at least 1")
+    wheel = Flywheel(project, [*args.overrides, *extra], max_rounds=args.rounds, skip_train=args.skip_train)
+    outcome = wheel.run(rebaseline=args.rebaseline)
+    _print_rounds(outcome.records)
+    champion = "none" if outcome.champion_accuracy is None else f"{outcome.champion_accuracy:.3f}"
+    results.print(f"stopped: {outcome.stop_reason}; champion gold accuracy {champion}", highlight=False)
+    console.print(
+        f"see every round and trial: forge-ml -p {project.root} ui   (MLflow UI on http://127.0.0.1:5000)"
+    )
+    if args.require_target and not outcome.target_reached:
+        return EXIT_GATE
+    return EXIT_OK
+
+
+def cmd_clean(args: argparse.Namespace, extra: list[str]) -> int:
+    from forge_ml.compose import compose_config
+    from forge_ml.jobs.clean import clean_generated
+
+    project = _project(args)
+    summary = clean_generated(compose_config(project, [*args.overrides, *extra]))
+    removed = ", ".join(f"{n} {source}" for source, n in sorted(summary.removed.items())) or "nothing"
+    results.print(f"{summary.path}: removed {removed}; {summary.kept} example(s) kept", highlight=False)
+    return EXIT_OK
+
+
 def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
     from forge_ml.compose import compose_config
     from forge_ml.jobs.evaluate import run_eval
@@ -184,6 +268,8 @@ COMMANDS = {
     "init": cmd_init,
     "train": cmd_train,
     "tune": cmd_tune,
+    "flywheel": cmd_flywheel,
+    "clean": cmd_clean,
     "eval": cmd_eval,
     "status": cmd_status,
     "ui": cmd_ui,
@@ -211,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = _parser().parse_known_args(argv)
     _setup_logging(args.verbose)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    for name, value in QUIET_ENV.items():  # progress bars of libraries clutter the command's own output
+        os.environ.setdefault(name, value)
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     try:
         return COMMANDS[args.command](args, extra)
     except ForgeError as exc:

@@ -6,6 +6,7 @@ import shutil
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from forge_ml.errors import InputError
 
@@ -130,11 +131,36 @@ def init_project(target: Path, *, example: str | None = None) -> Project:
 
 def _rename_project(config_file: Path, name: str) -> None:
     """Set `name:` in forge.yaml, keeping its comments and layout."""
+    patch_config(config_file, {"name": name})
+
+
+def patch_config(config_file: Path, patches: dict[str, Any]) -> None:
+    """Set dotted keys in forge.yaml (atomically), keeping its comments, order and layout (ruamel round trip)."""
+    import io
+
     from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap
+
+    from forge_ml.fileio import atomic_write_text
 
     yaml = YAML()
     yaml.preserve_quotes = True
-    data = yaml.load(config_file.read_text(encoding="utf-8"))
-    data["name"] = name
-    with config_file.open("w", encoding="utf-8") as fh:
-        yaml.dump(data, fh)
+    yaml.indent(mapping=2, sequence=4, offset=2)  # the `  - group: option` style of forge.yaml
+    yaml.representer.add_representer(
+        type(None), lambda rep, _: rep.represent_scalar("tag:yaml.org,2002:null", "null")
+    )
+    try:
+        data = yaml.load(config_file.read_text(encoding="utf-8"))
+    except Exception as exc:
+        raise InputError(f"{config_file}: not valid YAML ({exc})") from None
+    for key, value in patches.items():
+        node = data
+        *parents, leaf = key.split(".")
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                node[part] = CommentedMap()
+            node = node[part]
+        node[leaf] = value
+    out = io.StringIO()
+    yaml.dump(data, out)
+    atomic_write_text(config_file, out.getvalue())

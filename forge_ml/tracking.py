@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import time
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -141,7 +142,9 @@ class TrackedRun:
                 "category": [e.category for e in examples],
             }
         )
-        dataset = mlflow.data.from_pandas(frame, source=str(source), name=name, digest=digest[:36])
+        with warnings.catch_warnings():  # a local path matches two equivalent source types
+            warnings.simplefilter("ignore", UserWarning)
+            dataset = mlflow.data.from_pandas(frame, source=str(source), name=name, digest=digest[:36])
         tag = InputTag(key="mlflow.data.context", value=context)
         self.client.log_inputs(self.run_id, datasets=[DatasetInput(dataset._to_mlflow_entity(), tags=[tag])])
 

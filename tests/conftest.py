@@ -64,6 +64,21 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeou
     )
 
 
+def edit_config(project: Project, *path_and_value) -> None:
+    """Set a nested value in the project's forge.yaml (keys may contain dots, e.g. planner.bounds entries)."""
+    from ruamel.yaml import YAML
+
+    *keys, value = path_and_value
+    yaml = YAML()
+    data = yaml.load(project.config_file.read_text(encoding="utf-8"))
+    node = data
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+    node[keys[-1]] = value
+    with project.config_file.open("w", encoding="utf-8") as fh:
+        yaml.dump(data, fh)
+
+
 def write_jsonl(path: Path, rows: list) -> None:
     path.write_text(
         "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8"

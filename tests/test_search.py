@@ -120,11 +120,13 @@ def test_command_line_splits_into_space_and_fixed_overrides():
 
 def test_searcher_warm_start_keeps_only_points_inside_the_space():
     from forge_ml.config import ForgeConfig
-    from forge_ml.tuning.engine import _searcher
+    from forge_ml.tuning.engine import make_searcher
 
     params = parse_space({"lora.r": "choice(4,8)", "training.learning_rate": "interval(1e-4, 1e-2)"})
     inside = {"lora.r": 8, "training.learning_rate": 1e-3}
     outside = {"lora.r": 32, "training.learning_rate": 1e-3}
-    searcher = _searcher(ForgeConfig(name="t", project_dir="/p"), params, [(inside, 0.5), (outside, 0.1)], [])
+    searcher = make_searcher(
+        ForgeConfig(name="t", project_dir="/p"), params, [(inside, 0.5), (outside, 0.1)], []
+    )
     assert searcher._points_to_evaluate == [inside]
     assert searcher._evaluated_rewards == [0.5]

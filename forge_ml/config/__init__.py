@@ -17,8 +17,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from forge_ml.config.checks import Problems
 from forge_ml.config.evaluation import EvalConfig
+from forge_ml.config.flywheel import FlywheelConfig
 from forge_ml.config.lora import LoraConfig
 from forge_ml.config.model import ModelConfig, TinyModelConfig
+from forge_ml.config.planner import BoundConfig, PlannerConfig
+from forge_ml.config.registry import GateConfig, RegistryConfig
 from forge_ml.config.task import TaskConfig
 from forge_ml.config.tracking import TrackingConfig
 from forge_ml.config.training import TrainingConfig
@@ -26,10 +29,15 @@ from forge_ml.config.tune import TrialResources, TuneConfig
 from forge_ml.errors import ConfigError
 
 __all__ = [
+    "BoundConfig",
     "EvalConfig",
+    "FlywheelConfig",
     "ForgeConfig",
+    "GateConfig",
     "LoraConfig",
     "ModelConfig",
+    "PlannerConfig",
+    "RegistryConfig",
     "TaskConfig",
     "TinyModelConfig",
     "TrackingConfig",
@@ -39,6 +47,9 @@ __all__ = [
     "config_hash",
     "validate_config",
 ]
+
+
+GROUPS = ("model", "lora", "training", "eval", "task", "tracking", "tune", "planner", "registry", "flywheel")
 
 
 @dataclass
@@ -54,14 +65,17 @@ class ForgeConfig:
     task: TaskConfig = field(default_factory=TaskConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     tune: TuneConfig = field(default_factory=TuneConfig)
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    registry: RegistryConfig = field(default_factory=RegistryConfig)
+    flywheel: FlywheelConfig = field(default_factory=FlywheelConfig)
 
     def check(self) -> list[str]:
         p = Problems("")
         if not self.name or not self.name.strip():
             p.add("name", "must not be empty")
-        elif any(c in self.name for c in "/\\:"):
-            p.add("name", f"{self.name!r} must not contain '/', '\\' or ':'")
-        for group in ("model", "lora", "training", "eval", "task", "tracking", "tune"):
+        elif any(c in self.name for c in "/\\:@"):
+            p.add("name", f"{self.name!r} must not contain '/', '\\', ':' or '@'")
+        for group in GROUPS:
             sub = Problems(group)
             getattr(self, group).check(sub)
             p.extend(sub)

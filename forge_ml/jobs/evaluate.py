@@ -86,3 +86,29 @@ def run_eval(
         run.log_artifact(results, "eval")
         run.log_artifact(failures, "eval")
     return EvalSummary(run.run_id, target, report, results)
+
+
+def evaluate_adapter(
+    cfg: ForgeConfig,
+    project: Project,
+    base: BaseModelRef,
+    adapter_dir: Path,
+    examples: list,
+    *,
+    system_prompt: str,
+    label: str = "gold",
+) -> EvalReport:
+    """Return the report of base + adapter on `examples` (no MLflow run: the caller records it)."""
+    scorer = make_scorer(cfg.eval, project.root)
+    tokenizer = load_tokenizer(BaseModelRef(str(adapter_dir), None, False), cfg.model, project)
+    model = load_adapter(load_base_model(base, cfg), adapter_dir)
+    return evaluate_examples(
+        model,
+        tokenizer,
+        examples,
+        system_prompt=system_prompt,
+        system_role=cfg.model.system_role,
+        cfg=cfg.eval,
+        scorer=scorer,
+        label=label,
+    )

@@ -73,6 +73,61 @@ def runs_summary(cfg: ForgeConfig, project: Project, limit: int = 5) -> Table | 
     return table
 
 
+def flywheel_table(cfg: ForgeConfig, project: Project) -> Table | None:
+    """The champion, the rounds done and the heartbeat, once the flywheel has run."""
+    records = [json.loads(line) for line in _lines(project.output / "experiments.jsonl")]
+    heartbeat_path = project.output / "flywheel_heartbeat.json"
+    if not records and not heartbeat_path.is_file():
+        return None
+    from forge_ml.registry import Registry
+
+    registry = Registry.for_project(cfg, project)
+    champion = registry.champion()
+    table = Table(title="flywheel", show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    if champion:
+        version, outcome = champion
+        round_ = version.tags.get("forge.round", "?")
+        table.add_row(
+            "champion",
+            f"{registry.name} v{version.version} (round {round_}): gold accuracy {outcome.accuracy:.3f}",
+        )
+        table.add_row("load it", f'mlflow.pyfunc.load_model("{registry.uri()}").predict(["..."])')
+    else:
+        table.add_row("champion", "none yet")
+    table.add_row("rounds", f"{len(records)} done of flywheel.max_rounds={cfg.flywheel.max_rounds}")
+    if records:
+        last = records[-1]
+        gold = last.get("gold_accuracy")
+        table.add_row(
+            "last round",
+            f"{last['iteration']}: gold {'-' if gold is None else f'{gold:.3f}'}, "
+            + ("promoted" if last.get("promoted") else "not promoted"),
+        )
+    if heartbeat_path.is_file():
+        beat = json.loads(heartbeat_path.read_text())
+        when = datetime.fromtimestamp(beat.get("timestamp", 0)).strftime("%Y-%m-%d %H:%M:%S")
+        table.add_row(
+            "heartbeat",
+            f"{beat.get('status')} at {when}" + (f" — {beat['error']}" if beat.get("error") else ""),
+        )
+    return table
+
+
+def _lines(path) -> list[str]:
+    return (
+        [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if path.is_file()
+        else []
+    )
+
+
 def status_tables(cfg: ForgeConfig, project: Project) -> list[Table]:
-    tables = [dataset_table(cfg, project), scores_table(project), runs_summary(cfg, project)]
+    tables = [
+        dataset_table(cfg, project),
+        flywheel_table(cfg, project),
+        scores_table(project),
+        runs_summary(cfg, project),
+    ]
     return [t for t in tables if t is not None]

@@ -37,6 +37,11 @@ def _trial_error(trial: Any) -> str | None:
     return str(trial.get_error() or "") or None
 
 
+def existing_steps(client: Any, run_id: str) -> list[int]:
+    """Return the epochs a run already has `train/loss` for (so a restored trial does not log them twice)."""
+    return [int(m.step) for m in client.get_metric_history(run_id, "train/loss")]
+
+
 def _timed(hook):
     """Accumulate the driver time a hook takes: the round's tracking overhead."""
 
@@ -82,6 +87,11 @@ class RoundTracker(Callback):
     @_timed
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         if trial.trial_id in self.runs or not self.enabled:
+            return
+        existing = self._existing_run(trial.trial_id)
+        if existing is not None:  # a restored round: the trial keeps its run
+            self.runs[trial.trial_id] = existing
+            self.logged_epochs[trial.trial_id] = set(existing_steps(self.tracker.client, existing.run_id))
             return
         run = self.tracker.start_run(
             f"{self.round_run_name}-{trial.trial_id}",
@@ -140,6 +150,17 @@ class RoundTracker(Callback):
 
     # -- helpers ---------------------------------------------------------------------------
     round_run_name = "trial"
+
+    def _existing_run(self, trial_id: str) -> TrackedRun | None:
+        runs = self.tracker.client.search_runs(
+            [self.tracker.experiment_id],
+            filter_string=f"tags.`forge.trial_id` = '{trial_id}' and tags.`mlflow.parentRunId` = '{self.round_run.run_id}'",
+            max_results=1,
+        )
+        if not runs:
+            return None
+        self.tracker.client.update_run(runs[0].info.run_id, status="RUNNING")
+        return TrackedRun(self.tracker.client, runs[0].info.run_id)
 
     def _better(self, a: float, b: float) -> bool:
         return a < b if self.mode == "min" else a > b

@@ -13,6 +13,7 @@ import json
 import logging
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from forge_ml.config import ForgeConfig, config_to_dict
 from forge_ml.data.chat import sft_dataset
 from forge_ml.data.project_data import load_project_data
 from forge_ml.errors import ConfigError, RuntimeFault
-from forge_ml.models.loader import load_tokenizer, resolve_base
+from forge_ml.models.loader import BaseModelRef, load_tokenizer, resolve_base
 from forge_ml.models.source import is_local
 from forge_ml.project import Project
 from forge_ml.search import SearchParam, parse_space, tune_space
@@ -59,6 +60,8 @@ class RoundResult:
     wall_s: float = 0.0
     tracking_s: float = 0.0  # driver time spent writing trials to MLflow
     epochs_trained: int = 0  # epochs reported by all trials together
+    restored: bool = False  # continued from Ray Tune's saved experiment state
+    base: BaseModelRef | None = None  # the base model the trials trained on
 
 
 def check_space(cfg: ForgeConfig, params: dict[str, SearchParam]) -> None:
@@ -81,7 +84,7 @@ def _inside(params: dict[str, SearchParam], point: dict[str, Any]) -> bool:
     return set(point) == set(params) and all(params[k].contains(v) for k, v in point.items())
 
 
-def _searcher(
+def make_searcher(
     cfg: ForgeConfig,
     params: dict[str, SearchParam],
     warm_start: list[tuple[dict, float]],
@@ -113,7 +116,15 @@ def _searcher(
     )
 
 
-def _scheduler(cfg: ForgeConfig) -> Any:
+def max_epochs(cfg: ForgeConfig, params: dict[str, SearchParam]) -> int:
+    """Return the most epochs any trial of the space can train."""
+    param = params.get("training.epochs")
+    if param is None:
+        return cfg.training.epochs
+    return int(max(param.values) if param.kind == "choice" else param.high)
+
+
+def _scheduler(cfg: ForgeConfig, params: dict[str, SearchParam]) -> Any:
     if cfg.tune.scheduler == "fifo":
         from ray.tune.schedulers import FIFOScheduler
 
@@ -122,7 +133,7 @@ def _scheduler(cfg: ForgeConfig) -> Any:
 
     return ASHAScheduler(
         time_attr="epoch",
-        max_t=max(cfg.training.epochs, cfg.tune.grace_period),
+        max_t=max(max_epochs(cfg, params), cfg.tune.grace_period),
         grace_period=cfg.tune.grace_period,
         reduction_factor=cfg.tune.reduction_factor,
         stop_last_trials=False,  # a trial that reaches the last epoch still reports dev/accuracy
@@ -154,8 +165,17 @@ def run_round(
     first_points: list[dict[str, Any]] | None = None,
     tags: dict[str, Any] | None = None,
     track: bool = True,
+    round_run: TrackedRun | None = None,
+    name: str | None = None,
+    restore_from: str | None = None,
+    on_experiment: Callable[[str], None] | None = None,
 ) -> RoundResult:
-    """Run one round over `space` (default: cfg.tune.space); return its trials and best trial."""
+    """Run one round over `space` (default: cfg.tune.space); return its trials and best trial.
+
+    The round is recorded in `round_run` when given (the caller finishes it), else in a new
+    round run. `restore_from` continues an interrupted round from Ray Tune's experiment
+    directory when it can; `on_experiment(path)` learns that directory before trials start.
+    """
     started = time.perf_counter()
     project = Project(Path(cfg.project_dir))
     params = parse_space(space if space is not None else cfg.tune.space)
@@ -183,101 +203,147 @@ def run_round(
         nodes = preflight(cfg.tune, storage)
         if not is_local(base.source) and nodes == 1:
             context.base_source, context.base_revision = hub_snapshot(base.source, base.revision), None
-        name = next_round_name(tracker)
-        round_tags = {"forge.kind": "round", "forge.round": name, **(tags or {})}
-        with tracker.start_run(name, round_tags) as round_run:
-            round_run.log_params(config_params(cfg))
-            searcher = _searcher(cfg, params, warm_start or [], first_points or [])
-            result = _fit(cfg, params, context, tracker, round_run, storage, name, searcher, track)
-            result.wall_s = time.perf_counter() - started
-            _record_round(cfg, params, round_run, tracker, result)
-    return result
-
-
-def _fit(
-    cfg: ForgeConfig,
-    params: dict[str, SearchParam],
-    context: TrialContext,
-    tracker: Tracker,
-    round_run: TrackedRun,
-    storage: str,
-    name: str,
-    searcher: Any,
-    track: bool,
-) -> RoundResult:
-    from ray import tune
-
-    from forge_ml.tuning.callback import RoundTracker
-
-    callback = RoundTracker(
-        tracker, round_run, context.base_config, cfg.tune.metric, cfg.tune.mode, enabled=track
-    )
-    callback.round_run_name = name
-    trainable = tune.with_resources(
-        tune.with_parameters(sft_trial, context=context),
-        {"cpu": cfg.tune.resources.cpu, "gpu": cfg.tune.resources.gpu},
-    )
-    tuner = tune.Tuner(
-        trainable,
-        param_space=tune_space(params),
-        tune_config=tune.TuneConfig(
-            metric=cfg.tune.metric,
-            mode=cfg.tune.mode,
-            num_samples=cfg.tune.num_samples,
-            # A Searcher is wrapped in Ray's concurrency limiter; the random generator limits itself.
-            max_concurrent_trials=cfg.tune.max_concurrent_trials if cfg.tune.searcher == "optuna" else None,
-            reuse_actors=True,  # a worker keeps torch & co. imported from one trial to the next
-            search_alg=searcher,
-            scheduler=_scheduler(cfg),
-        ),
-        run_config=tune.RunConfig(
-            name=f"{cfg.name}-{name}-{int(time.time())}",
-            storage_path=storage,
-            callbacks=[callback],
-            verbose=0,
-            failure_config=tune.FailureConfig(max_failures=cfg.tune.max_failures),
-            checkpoint_config=tune.CheckpointConfig(
-                num_to_keep=cfg.tune.num_to_keep,
-                checkpoint_score_attribute=cfg.tune.metric,
-                checkpoint_score_order=cfg.tune.mode,
-            ),
-        ),
-    )
-    grid = tuner.fit()
-    result = RoundResult(round_run_id=round_run.run_id, name=name)
-    result.tracking_s = callback.seconds
-    result.epochs_trained = callback.epochs_trained
-    for trial_result in grid:
-        last = trial_result.metrics or {}
-        trial_id = last.get("trial_id") or (trial_result.path or "").rsplit("/", 1)[-1]
-        if trial_result.error is not None:
-            status = "FAILED"
+        name = name or next_round_name(tracker)
+        searcher = make_searcher(cfg, params, warm_start or [], first_points or [])
+        fit = _Fit(cfg, params, context, tracker, storage, name, searcher, track, restore_from, on_experiment)
+        if round_run is not None:
+            result = fit.run(round_run, started)
         else:
-            status = "FINISHED" if last.get("forge/completed") else "STOPPED"
-        best_ckpt = None
-        if status != "FAILED" and trial_result.best_checkpoints:
-            best_ckpt = trial_result.get_best_checkpoint(cfg.tune.metric, cfg.tune.mode)
-        run = callback.runs.get(trial_id)
-        metrics = {
-            k: float(v)
-            for k, v in last.items()
-            if "/" in k and not k.startswith("forge/") and isinstance(v, (int, float))
-        }
-        result.trials.append(
-            TrialRecord(
-                trial_id=trial_id,
-                run_id=run.run_id if run else None,
-                config=dict(trial_result.config or {}),
-                status=status,
-                metrics=metrics,
-                checkpoint=best_ckpt.path if best_ckpt else None,
-            )
-        )
-    scored = rank_trials(result.trials, cfg.tune.metric, cfg.tune.mode)
-    if not scored:
-        raise RuntimeFault(f"{name}: every trial failed; see the trial runs in MLflow and {storage}")
-    result.best = scored[0]
+            round_tags = {"forge.kind": "round", "forge.round": name, **(tags or {})}
+            with tracker.start_run(name, round_tags) as own_run:
+                own_run.log_params(config_params(cfg))
+                result = fit.run(own_run, started)
+    result.base = base
     return result
+
+
+@dataclass
+class _Fit:
+    """One round's Ray Tune run: a fresh Tuner, or one restored from an interrupted round's state."""
+
+    cfg: ForgeConfig
+    params: dict[str, SearchParam]
+    context: TrialContext
+    tracker: Tracker
+    storage: str
+    name: str
+    searcher: Any
+    track: bool
+    restore_from: str | None
+    on_experiment: Callable[[str], None] | None
+
+    def run(self, round_run: TrackedRun, started: float) -> RoundResult:
+        result = self.fit(round_run)
+        result.wall_s = time.perf_counter() - started
+        _record_round(self.cfg, self.params, round_run, self.tracker, result)
+        return result
+
+    def _tuner(self, trainable: Any, callback: Any) -> tuple[Any, bool]:
+        from ray import tune
+
+        cfg = self.cfg
+        if self.restore_from and tune.Tuner.can_restore(self.restore_from):
+            tuner = tune.Tuner.restore(
+                self.restore_from,
+                trainable=trainable,
+                resume_unfinished=True,
+                resume_errored=True,
+                param_space=tune_space(self.params),
+            )
+            run_config = tuner._local_tuner.get_run_config()  # the pickled callback holds a dead client
+            run_config.callbacks = [callback]
+            log.info("%s: continuing from Ray Tune's state in %s", self.name, self.restore_from)
+            return tuner, True
+        if self.restore_from:
+            log.warning("%s: %s cannot be restored; the round starts again", self.name, self.restore_from)
+        run_name = f"{cfg.name}-{self.name}-{int(time.time())}"
+        if self.on_experiment is not None:
+            self.on_experiment(f"{self.storage.rstrip('/')}/{run_name}")
+        tuner = tune.Tuner(
+            trainable,
+            param_space=tune_space(self.params),
+            tune_config=tune.TuneConfig(
+                metric=cfg.tune.metric,
+                mode=cfg.tune.mode,
+                num_samples=cfg.tune.num_samples,
+                # A Searcher is wrapped in Ray's concurrency limiter; the random generator limits itself.
+                max_concurrent_trials=cfg.tune.max_concurrent_trials
+                if cfg.tune.searcher == "optuna"
+                else None,
+                reuse_actors=True,  # a worker keeps torch & co. imported from one trial to the next
+                search_alg=self.searcher,
+                scheduler=_scheduler(cfg, self.params),
+            ),
+            run_config=tune.RunConfig(
+                name=run_name,
+                storage_path=self.storage,
+                callbacks=[callback],
+                verbose=0,
+                failure_config=tune.FailureConfig(max_failures=cfg.tune.max_failures),
+                checkpoint_config=tune.CheckpointConfig(
+                    num_to_keep=cfg.tune.num_to_keep,
+                    checkpoint_score_attribute=cfg.tune.metric,
+                    checkpoint_score_order=cfg.tune.mode,
+                ),
+            ),
+        )
+        return tuner, False
+
+    def fit(self, round_run: TrackedRun) -> RoundResult:
+        from ray import tune
+
+        from forge_ml.tuning.callback import RoundTracker
+
+        cfg, name = self.cfg, self.name
+        callback = RoundTracker(
+            self.tracker,
+            round_run,
+            self.context.base_config,
+            cfg.tune.metric,
+            cfg.tune.mode,
+            enabled=self.track,
+        )
+        callback.round_run_name = name
+        trainable = tune.with_resources(
+            tune.with_parameters(sft_trial, context=self.context),
+            {"cpu": cfg.tune.resources.cpu, "gpu": cfg.tune.resources.gpu},
+        )
+        tuner, restored = self._tuner(trainable, callback)
+        grid = tuner.fit()
+        result = RoundResult(round_run_id=round_run.run_id, name=name, restored=restored)
+        result.tracking_s = callback.seconds
+        result.epochs_trained = callback.epochs_trained
+        for trial_result in grid:
+            last = trial_result.metrics or {}
+            trial_id = last.get("trial_id") or (trial_result.path or "").rsplit("/", 1)[-1]
+            if trial_result.error is not None:
+                status = "FAILED"
+            else:
+                status = "FINISHED" if last.get("forge/completed") else "STOPPED"
+            best_ckpt = None
+            if status != "FAILED" and trial_result.best_checkpoints:
+                best_ckpt = trial_result.get_best_checkpoint(cfg.tune.metric, cfg.tune.mode)
+            run = callback.runs.get(trial_id)
+            metrics = {
+                k: float(v)
+                for k, v in last.items()
+                if "/" in k and not k.startswith("forge/") and isinstance(v, (int, float))
+            }
+            result.trials.append(
+                TrialRecord(
+                    trial_id=trial_id,
+                    run_id=run.run_id if run else None,
+                    config=dict(trial_result.config or {}),
+                    status=status,
+                    metrics=metrics,
+                    checkpoint=best_ckpt.path if best_ckpt else None,
+                )
+            )
+        scored = rank_trials(result.trials, cfg.tune.metric, cfg.tune.mode)
+        if not scored:
+            raise RuntimeFault(f"{name}: every trial failed; see the trial runs in MLflow and {self.storage}")
+        result.best = scored[0]
+        return result
 
 
 def rank_trials(trials: list[TrialRecord], metric: str, mode: str) -> list[TrialRecord]:

@@ -1,0 +1,46 @@
+"""Offline data: the project's own `generator.py` (`generate(n, *, seed, focus) -> list[dict]`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from pathlib import Path
+from typing import Any
+
+from forge_ml.errors import InputError
+
+log = logging.getLogger(__name__)
+GENERATOR_FILE = "generator.py"
+
+
+def load_generator(project_root: Path) -> Any | None:
+    """Return the project's `generate` function, or None when the project has no generator.py."""
+    path = project_root / GENERATOR_FILE
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("forge_project_generator", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise InputError(f"{path}: failed to import ({type(exc).__name__}: {exc})") from exc
+    generate = getattr(module, "generate", None)
+    if not callable(generate):
+        raise InputError(f"{path}: defines no function generate(n, *, seed, focus) -> list[dict]")
+    return generate
+
+
+def generate_offline(generate: Any, path: Path, n: int, *, seed: int, focus: list[str]) -> list[Any]:
+    """Return `n` rows from the generator; an unknown focus falls back to every category."""
+    try:
+        rows = generate(n, seed=seed, focus=focus or None)
+    except ValueError as exc:
+        if not focus:
+            raise InputError(f"{path}: generate() raised ValueError: {exc}") from exc
+        log.warning("%s: focus %s refused (%s); generating for every category", path, focus, exc)
+        rows = generate(n, seed=seed, focus=None)
+    except Exception as exc:
+        raise InputError(f"{path}: generate() raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(rows, list):
+        raise InputError(f"{path}: generate() returned {type(rows).__name__}; expected a list of examples")
+    return rows

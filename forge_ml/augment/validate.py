@@ -1,0 +1,71 @@
+"""Admission of generated examples: well-formed, answer the scorer accepts, new, and never a gold input."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from forge_ml.data.examples import Example, normalize_text
+from forge_ml.errors import ForgeError
+from forge_ml.evaluation.scorers import Scorer
+
+
+@dataclass
+class Admission:
+    kept: list[Example] = field(default_factory=list)
+    dropped: Counter = field(default_factory=Counter)  # reason -> count
+
+
+def as_example(row: Any) -> Example | None:
+    """Return the example in a generated row: `{user, assistant, category}` or a JSONL record."""
+    if not isinstance(row, dict):
+        return None
+    if "messages" in row:
+        turns = {m.get("role"): m.get("content") for m in row.get("messages") or [] if isinstance(m, dict)}
+        user, assistant = turns.get("user"), turns.get("assistant")
+        meta = dict(row.get("meta") or {}) if isinstance(row.get("meta") or {}, dict) else {}
+    else:
+        user, assistant = row.get("user"), row.get("assistant")
+        meta = {"category": row["category"]} if row.get("category") not in (None, "") else {}
+    if not isinstance(user, str) or not isinstance(assistant, str):
+        return None
+    return Example(user=user.strip(), assistant=assistant.strip(), meta=meta)
+
+
+def admit(
+    rows: list[Any],
+    *,
+    scorer: Scorer,
+    known: set[str],
+    gold: set[str],
+    meta: dict[str, Any],
+) -> Admission:
+    """Return the rows worth adding; `known` (normalised user texts already present) grows as rows are kept."""
+    result = Admission()
+    for row in rows:
+        example = as_example(row)
+        if example is None:
+            result.dropped["malformed"] += 1
+            continue
+        if not example.user or not example.assistant:
+            result.dropped["empty turn"] += 1
+            continue
+        key = normalize_text(example.user)
+        if key in gold:
+            result.dropped["matches a gold input"] += 1
+            continue
+        if key in known:
+            result.dropped["duplicate"] += 1
+            continue
+        try:
+            accepted = scorer(example.assistant, example.assistant) >= 1.0
+        except ForgeError:
+            accepted = False
+        if not accepted:
+            result.dropped["answer fails the scorer's parse"] += 1
+            continue
+        example.meta = {**example.meta, **meta}
+        known.add(key)
+        result.kept.append(example)
+    return result

@@ -1,0 +1,458 @@
+"""`forge-ml flywheel`: plan → augment → tune round → gold eval → gate → record, round after round.
+
+Stops when the champion reaches `eval.target_accuracy`, after `flywheel.max_rounds` rounds (all
+runs together), or when the wall-time or planner-dollar budget runs out. Running it again
+resumes: the round in progress continues from its last completed stage, its trials from Ray
+Tune's saved state when that can be restored; runs a crash left RUNNING are marked KILLED.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forge_ml import journal
+from forge_ml.augment import augment_data
+from forge_ml.compose import compose_config
+from forge_ml.config import ForgeConfig, config_to_dict
+from forge_ml.console import console, print_round
+from forge_ml.data.project_data import load_project_data
+from forge_ml.errors import RuntimeFault
+from forge_ml.evaluation.report import score_outputs, write_report
+from forge_ml.evaluation.scorers import make_scorer
+from forge_ml.flywheel_state import ProjectLock, RoundState, load_state, save_state
+from forge_ml.jobs.evaluate import evaluate_adapter
+from forge_ml.llm import Usage, make_client
+from forge_ml.models.loader import BaseModelRef, load_tokenizer
+from forge_ml.planner import PlanOutcome, RoundPlanner, read_history
+from forge_ml.planner.history import FAILURES_FILE, read_failures
+from forge_ml.planner.plan import ExperimentPlan
+from forge_ml.project import Project, patch_config
+from forge_ml.registry import GoldOutcome, Registry
+from forge_ml.search import parse_space
+from forge_ml.tracking import TrackedRun, Tracker, config_params
+from forge_ml.trainables.sft import apply_overrides
+from forge_ml.tuning.engine import ADAPTER_FILES, run_round
+from forge_ml.tuning.runtime import ray_runtime
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FlywheelResult:
+    rounds_done: int
+    stop_reason: str
+    champion_accuracy: float | None
+    target_reached: bool
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Flywheel:
+    """One `forge-ml flywheel` run over a project."""
+
+    def __init__(
+        self,
+        project: Project,
+        overrides: list[str],
+        *,
+        max_rounds: int | None = None,
+        skip_train: bool = False,
+    ) -> None:
+        self.project = project
+        self.overrides = overrides
+        self.skip_train = skip_train
+        self.cfg = compose_config(project, overrides)
+        self.max_rounds = max_rounds or self.cfg.flywheel.max_rounds
+        self.tracker = Tracker(self.cfg, project)
+        self.registry = Registry.for_project(self.cfg, project)
+        self.planner = RoundPlanner(self.cfg, project)
+        self.started = time.monotonic()
+
+    # -- the loop -----------------------------------------------------------------------------
+    def run(self, *, rebaseline: bool = False) -> FlywheelResult:
+        with ProjectLock(self.project) as lock, ray_runtime(self.cfg.tune):
+            if lock.recovered_from:
+                console.print(f"recovered the lock of a stopped flywheel (pid {lock.recovered_from})")
+            data = load_project_data(self.project, self.cfg.task)
+            gold_hash = data.hashes["gold"]
+            if rebaseline:
+                self._rebaseline(gold_hash)
+            self.registry.check_gold(gold_hash)
+            state = load_state(self.project)
+            self._close_stale_runs(state)
+            while True:
+                records = journal.read_records(self.project)
+                done = max((r["iteration"] for r in records), default=0)
+                if state is not None and state.round <= done:  # recorded, killed before the state was cleared
+                    self._finish_run(state.round_run_id)
+                    state = None
+                    save_state(self.project, None)
+                stop = self._stop_reason(done)
+                if stop and state is None:
+                    return self._result(done, stop, records)
+                number = state.round if state else done + 1
+                state = state or RoundState(round=number)
+                self._round(state)
+                state = None
+
+    def _stop_reason(self, done: int) -> str | None:
+        champion = self.registry.champion()
+        fw = self.cfg.flywheel
+        if champion and champion[1].accuracy >= self.cfg.eval.target_accuracy:
+            return f"target reached: champion gold accuracy {champion[1].accuracy:.3f} ≥ {self.cfg.eval.target_accuracy}"
+        if done >= self.max_rounds:
+            return f"{done} of {self.max_rounds} rounds done"
+        if fw.wall_budget_min is not None and self._remaining_s() <= 0:
+            return f"wall-time budget of {fw.wall_budget_min:g} min spent"
+        if fw.planner_budget_usd is not None:
+            spent = read_history(
+                self.cfg, self.tracker.client, self.tracker.experiment_id, self.project.output
+            ).spent_usd
+            if spent >= fw.planner_budget_usd:
+                return f"planner budget spent: ${spent:.2f} of ${fw.planner_budget_usd:.2f}"
+        return None
+
+    def _remaining_s(self) -> float | None:
+        budget = self.cfg.flywheel.wall_budget_min
+        return None if budget is None else budget * 60 - (time.monotonic() - self.started)
+
+    def _result(self, done: int, stop: str, records: list[dict[str, Any]]) -> FlywheelResult:
+        champion = self.registry.champion()
+        accuracy = champion[1].accuracy if champion else None
+        reached = accuracy is not None and accuracy >= self.cfg.eval.target_accuracy
+        journal.write_heartbeat(self.project, done, "completed", accuracy=accuracy, stop_reason=stop)
+        return FlywheelResult(done, stop, accuracy, reached, records)
+
+    # -- one round ------------------------------------------------------------------------------
+    def _round(self, state: RoundState) -> None:
+        cfg = compose_config(self.project, self.overrides)  # forge.yaml may carry last round's patches
+        number = state.round
+        journal.write_heartbeat(self.project, number, "running", stage=state.stage)
+        try:
+            if not state.reached("planned"):
+                self._plan(cfg, state)
+            run = self._open_run(state)
+            plan = ExperimentPlan(**state.plan)
+            if not state.reached("augmented"):
+                self._augment(cfg, state, plan, run)
+            if not self.skip_train:
+                round_cfg = apply_overrides(
+                    config_to_dict(cfg), {**plan.fixed_overrides, "tune.num_samples": plan.num_samples}
+                )
+                if not state.reached("tuned"):
+                    self._tune(round_cfg, state, plan, run)
+                if not state.reached("gated"):
+                    self._gate(round_cfg, state, run)
+            self._record(cfg, state, run)
+        except BaseException as exc:
+            self._fail(state, exc)
+            raise
+
+    def _plan(self, cfg: ForgeConfig, state: RoundState) -> None:
+        history = read_history(cfg, self.tracker.client, self.tracker.experiment_id, self.project.output)
+        console.print(f"[bold]round {state.round}[/]: planning ({self.planner.backend})")
+        outcome: PlanOutcome = self.planner.plan(cfg, history, state.round, self._remaining_s())
+        plan = outcome.plan
+        if plan.forge_yaml_patches:
+            patch_config(self.project.config_file, plan.forge_yaml_patches)
+        journal.append_background(self.project, state.round, plan.background_additions)
+        state.plan = plan.to_dict()
+        state.planner = {
+            "source": outcome.source,
+            "fallback": outcome.fallback,
+            "reason": outcome.reason,
+            "usage": asdict(outcome.usage),
+            "cost_usd": outcome.usage.cost_usd(cfg.planner),
+        }
+        state.stage = "planned"
+        save_state(self.project, state)
+        console.print(f"  {plan.hypothesis}", highlight=False)
+        if outcome.fallback:
+            console.print(f"  [yellow]offline plan used[/]: {outcome.reason}", highlight=False)
+
+    def _open_run(self, state: RoundState) -> TrackedRun:
+        """Return the round run: the one this round already has (reopened), or a new one."""
+        if state.round_run_id:
+            self.tracker.client.update_run(state.round_run_id, status="RUNNING")
+            return TrackedRun(self.tracker.client, state.round_run_id)
+        plan, planner = state.plan, state.planner
+        run = self.tracker.start_run(
+            f"round-{state.round:03d}",
+            {
+                "forge.kind": "round",
+                "forge.round": f"round-{state.round:03d}",
+                "forge.flywheel": "true",
+                "forge.hypothesis": plan["hypothesis"][:4000],
+                "forge.planner": planner["source"],
+                "forge.planner.fallback": str(planner["fallback"]).lower(),
+                "forge.planner.fallback_reason": planner["reason"][:4000] or None,
+            },
+        )
+        run.log_params(config_params(self.cfg))
+        usage = Usage(**planner["usage"])
+        run.log_metrics(usage.metrics(self.cfg.planner))
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "plan.json").write_text(json.dumps({"plan": plan, "planner": planner}, indent=2))
+            run.log_artifacts(Path(tmp), "round")
+        state.round_run_id = run.run_id
+        save_state(self.project, state)
+        return run
+
+    def _augment(self, cfg: ForgeConfig, state: RoundState, plan: ExperimentPlan, run: TrackedRun) -> None:
+        claude = make_client(cfg.planner) if self.planner.backend == "claude" else None
+        failures = read_failures(self.project.output / FAILURES_FILE)
+        result = augment_data(cfg, self.project, plan, state.round, failures=failures, claude=claude)
+        data = load_project_data(self.project, cfg.task)
+        run.log_metrics(result.metrics() | result.usage.metrics(cfg.planner, prefix="augment"))
+        run.log_params(
+            {f"data.by_source.{k}": v for k, v in result.by_source.items()}
+            | {f"data.by_category.{k}": v for k, v in result.by_category.items()}
+            | {"data.writer": result.writer, "data.canonical_hash": result.dataset_hash}
+        )
+        run.set_tags({"forge.data.canonical_hash": result.dataset_hash})
+        if cfg.tracking.log_datasets:
+            canonical = self.project.resolve(cfg.task.canonical_path)
+            run.log_dataset("canonical", data.train + data.dev, result.dataset_hash, canonical, "training")
+        state.augment = {
+            "added": result.added,
+            "size": result.size,
+            "hash": result.dataset_hash,
+            "writer": result.writer,
+        }
+        state.stage = "augmented"
+        save_state(self.project, state)
+        console.print(f"  data: +{result.added} examples ({result.writer}), {result.size} in canonical")
+
+    def _tune(self, cfg: ForgeConfig, state: RoundState, plan: ExperimentPlan, run: TrackedRun) -> None:
+        history = read_history(cfg, self.tracker.client, self.tracker.experiment_id, self.project.output)
+        params = parse_space(plan.search_space)
+
+        def remember(path: str) -> None:
+            state.experiment_path = path
+            save_state(self.project, state)
+
+        result = run_round(
+            cfg,
+            plan.search_space,
+            warm_start=history.warm_start(params, cfg.tune.metric),
+            round_run=run,
+            name=f"round-{state.round:03d}",
+            restore_from=state.experiment_path,
+            on_experiment=remember,
+        )
+        print_round(result, cfg.tune.metric)
+        if result.restored:
+            run.set_tags({"forge.restored": "true"})
+        best = result.best
+        state.best = {
+            "trial_id": best.trial_id,
+            "run_id": best.run_id,
+            "checkpoint": best.checkpoint,
+            "metrics": best.metrics,
+            "base": asdict(result.base),
+            "restored": result.restored,
+        }
+        state.stage = "tuned"
+        save_state(self.project, state)
+
+    def _gate(self, cfg: ForgeConfig, state: RoundState, run: TrackedRun) -> None:
+        best = state.best
+        base = BaseModelRef(**best["base"])
+        data = load_project_data(self.project, cfg.task)
+        adapter_dir = self._adapter_dir(cfg, best, base, data)
+        report = evaluate_adapter(
+            cfg, self.project, base, adapter_dir, data.gold, system_prompt=data.system_prompt
+        )
+        outcome = GoldOutcome.from_report(report, data.hashes["gold"])
+        metrics = report.metrics("gold")
+        run.log_metrics(metrics)
+        if best.get("run_id"):
+            TrackedRun(self.tracker.client, best["run_id"]).log_metrics(metrics)
+        results, failures = write_report(
+            report, self.project.output, {"run_id": best.get("run_id"), "round": state.round, "split": "gold"}
+        )
+        run.log_artifact(results, "round/gold")
+        run.log_artifact(failures, "round/gold")
+        version = self.registry.register(
+            best["run_id"],
+            adapter_dir=adapter_dir,
+            base=base,
+            system_prompt=data.system_prompt,
+            system_role=cfg.model.system_role,
+            max_new_tokens=cfg.eval.max_new_tokens,
+            batch_size=cfg.eval.batch_size,
+            outcome=outcome,
+            tags={
+                "forge.round": state.round,
+                "forge.round_run_id": run.run_id,
+                "forge.hypothesis": state.plan["hypothesis"][:4000],
+            },
+        )
+        decision = self.registry.gate(version, outcome, cfg.registry.gate)
+        run.set_tags(
+            {
+                "forge.version": version.version,
+                "forge.gate.decision": "promoted" if decision.promote else "refused",
+                "forge.gate.reasons": "; ".join(decision.reasons),
+            }
+        )
+        champion = self.registry.champion()
+        state.gate = {
+            "version": str(version.version),
+            "promoted": decision.promote,
+            "reasons": decision.reasons,
+            "gold_accuracy": report.accuracy,
+            "gold_per_category": outcome.per_category,
+            "champion_accuracy": champion[1].accuracy if champion else None,
+        }
+        state.stage = "gated"
+        save_state(self.project, state)
+        verdict = "[green]promoted to champion[/]" if decision.promote else "[yellow]not promoted[/]"
+        console.print(
+            f"  gold accuracy {report.accuracy:.3f} — v{version.version} {verdict} ({'; '.join(decision.reasons)})"
+        )
+
+    def _adapter_dir(self, cfg: ForgeConfig, best: dict[str, Any], base: BaseModelRef, data: Any) -> Path:
+        """Copy the best checkpoint's adapter (not its optimizer state) to output/adapters/<run id>."""
+        target = self.project.output / "adapters" / (best.get("run_id") or best["trial_id"])
+        source = Path(best["checkpoint"] or "")
+        if not (source / "adapter_config.json").is_file():
+            raise RuntimeFault(f"the best trial's checkpoint {source} holds no adapter")
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        for name in ADAPTER_FILES:
+            if (source / name).is_file():
+                shutil.copy2(source / name, tmp / name)
+        if not (tmp / "tokenizer_config.json").is_file():
+            load_tokenizer(base, cfg.model, self.project).save_pretrained(str(tmp))
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+        return target
+
+    def _record(self, cfg: ForgeConfig, state: RoundState, run: TrackedRun) -> None:
+        gate = state.gate
+        failures = read_failures(self.project.output / FAILURES_FILE) if gate else []
+        by_category: dict[str, int] = {}
+        for row in failures:
+            name = str(row.get("category") or "uncategorized")
+            by_category[name] = by_category.get(name, 0) + 1
+        record = journal.RoundRecord(
+            iteration=state.round,
+            hypothesis=state.plan["hypothesis"],
+            plan=state.plan,
+            planner=state.planner["source"] + (" (fallback)" if state.planner["fallback"] else ""),
+            dev_accuracy=state.best.get("metrics", {}).get("dev/accuracy"),
+            gold_accuracy=gate.get("gold_accuracy"),
+            gold_per_category=gate.get("gold_per_category", {}),
+            promoted=bool(gate.get("promoted")),
+            gate_reasons=gate.get("reasons", []),
+            champion_accuracy=gate.get("champion_accuracy"),
+            dataset_hash=state.augment.get("hash", ""),
+            dataset_size=state.augment.get("size", 0),
+            examples_added=state.augment.get("added", 0),
+            round_run_id=run.run_id,
+            best_run_id=state.best.get("run_id"),
+            version=gate.get("version"),
+            wall_s=time.time() - state.started,
+            failures_by_category=dict(sorted(by_category.items(), key=lambda kv: -kv[1])),
+        )
+        journal.append_record(self.project, record)
+        records = journal.read_records(self.project)
+        journal.write_context(self.project, records, cfg.eval.target_accuracy, cfg.flywheel.context_max_chars)
+        journal.write_plan(self.project, state.round, state.plan, record.planner, record.champion_accuracy)
+        plot = journal.plot_rounds(records, self.project.output / "plots" / "gold_accuracy.png")
+        if plot is not None:
+            run.log_artifact(plot, "round/plots")
+        run.log_metrics(
+            {"round/wall_s_total": record.wall_s, "round/examples_added": float(record.examples_added)}
+        )
+        if cfg.flywheel.git_commit:
+            accuracy = f"{record.gold_accuracy * 100:.1f}%" if record.gold_accuracy is not None else "no eval"
+            journal.git_commit(
+                self.project, f"forge iter {state.round}: {accuracy} — {record.hypothesis[:120]}"
+            )
+        self._kill_children(run.run_id)  # trial runs of an attempt that was not restored
+        run.finish("FINISHED")
+        save_state(self.project, None)
+        journal.write_heartbeat(
+            self.project,
+            state.round,
+            "running",
+            accuracy=record.champion_accuracy,
+            last_round_gold=record.gold_accuracy,
+        )
+
+    # -- recovery -------------------------------------------------------------------------------
+    def _fail(self, state: RoundState, exc: BaseException) -> None:
+        """A round that raised: its run FAILED (KILLED on Ctrl-C), and its trials start afresh next time."""
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        journal.write_heartbeat(
+            self.project, state.round, "error", stage=state.stage, error=f"{type(exc).__name__}: {exc}"
+        )
+        if state.round_run_id:
+            run = TrackedRun(self.tracker.client, state.round_run_id)
+            run.set_tags(
+                {"forge.error": "interrupted" if interrupted else f"{type(exc).__name__}: {str(exc)[:500]}"}
+            )
+            run.finish("KILLED" if interrupted else "FAILED")
+            self._kill_children(state.round_run_id)
+            if not interrupted:  # the next run starts this round's trials in a new round run
+                state.round_run_id, state.experiment_path = None, None
+                if state.reached("tuned"):
+                    state.stage = "augmented"
+        save_state(self.project, state)
+
+    def _close_stale_runs(self, state: RoundState | None) -> None:
+        """Mark the round runs (and their trial runs) a killed flywheel left RUNNING as KILLED.
+
+        The round being resumed keeps its run; runs of other commands (`forge-ml train`) are not touched.
+        """
+        keep = state.round_run_id if state else None
+        rounds = self.tracker.client.search_runs(
+            [self.tracker.experiment_id],
+            filter_string="tags.`forge.flywheel` = 'true' and attributes.status = 'RUNNING'",
+            max_results=10_000,
+        )
+        for run in rounds:
+            if run.info.run_id == keep:
+                continue
+            self._kill_children(run.info.run_id)
+            self.tracker.client.set_tag(run.info.run_id, "forge.error", "left RUNNING by a stopped flywheel")
+            self.tracker.client.set_terminated(run.info.run_id, status="KILLED")
+
+    def _kill_children(self, run_id: str) -> None:
+        for child in self.tracker.client.search_runs(
+            [self.tracker.experiment_id],
+            filter_string=f"tags.`mlflow.parentRunId` = '{run_id}' and attributes.status = 'RUNNING'",
+            max_results=10_000,
+        ):
+            self.tracker.client.set_terminated(child.info.run_id, status="KILLED")
+
+    def _finish_run(self, run_id: str | None) -> None:
+        if run_id:
+            self._kill_children(run_id)
+            self.tracker.client.set_terminated(run_id, status="FINISHED")
+
+    def _rebaseline(self, gold_hash: str) -> None:
+        """Re-measure the champion on the current gold set, so later rounds compare like with like."""
+        champion = self.registry.champion()
+        if champion is None or champion[1].gold_hash == gold_hash:
+            console.print("re-baseline: nothing to do (no champion, or gold unchanged)")
+            return
+        version, old = champion
+        data = load_project_data(self.project, self.cfg.task)
+        outputs = self.registry.load(version.version).predict([ex.user for ex in data.gold])
+        scorer = make_scorer(self.cfg.eval, self.project.root)
+        report = score_outputs(data.gold, list(outputs), scorer, self.cfg.eval)
+        self.registry.rebaseline(version, GoldOutcome.from_report(report, gold_hash), previous=old)
+        console.print(
+            f"re-baselined champion v{version.version}: gold accuracy {old.accuracy:.3f} → {report.accuracy:.3f} "
+            "on the new gold set"
+        )

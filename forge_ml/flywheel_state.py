@@ -1,0 +1,107 @@
+"""The flywheel's own bookkeeping: one process per project (a lock), and where the current round stands.
+
+`output/flywheel_state.json` names the round in progress and its last completed stage
+(planned → augmented → tuned → gated), its round run and its Ray Tune experiment directory, so a
+killed run resumes where it stopped. A round counts as done once its line is in experiments.jsonl.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forge_ml.errors import InputError
+from forge_ml.fileio import atomic_write_json
+from forge_ml.project import Project
+
+LOCK = "flywheel.lock"
+STATE = "flywheel_state.json"
+STAGES = ("planned", "augmented", "tuned", "gated")
+
+
+@dataclass
+class RoundState:
+    round: int
+    stage: str = "new"
+    round_run_id: str | None = None
+    plan: dict[str, Any] = field(default_factory=dict)
+    planner: dict[str, Any] = field(default_factory=dict)  # source, fallback, reason, usage
+    experiment_path: str | None = None
+    augment: dict[str, Any] = field(default_factory=dict)
+    best: dict[str, Any] = field(default_factory=dict)  # trial_id, run_id, checkpoint, metrics
+    gate: dict[str, Any] = field(default_factory=dict)  # version, promoted, reasons, gold
+    started: float = field(default_factory=time.time)
+
+    def reached(self, stage: str) -> bool:
+        return self.stage in STAGES and STAGES.index(self.stage) >= STAGES.index(stage)
+
+
+def load_state(project: Project) -> RoundState | None:
+    path = project.output / STATE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8")).get("current")
+    except (json.JSONDecodeError, AttributeError) as exc:
+        raise InputError(
+            f"{path}: unreadable flywheel state ({exc}); remove it to start the round again"
+        ) from None
+    return RoundState(**data) if data else None
+
+
+def save_state(project: Project, state: RoundState | None) -> None:
+    atomic_write_json(project.output / STATE, {"current": asdict(state) if state else None})
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class ProjectLock:
+    """An exclusive lock file: a second flywheel on the same project is refused; a dead owner's lock is taken over."""
+
+    def __init__(self, project: Project) -> None:
+        self.path = project.output / LOCK
+        self.recovered_from: int | None = None
+
+    def __enter__(self) -> ProjectLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                owner = self._owner()
+                same_host = owner.get("host") == socket.gethostname()
+                if same_host and isinstance(owner.get("pid"), int) and not _alive(owner["pid"]):
+                    self.recovered_from = owner["pid"]
+                    self.path.unlink(missing_ok=True)
+                    continue
+                raise InputError(
+                    f"{self.path}: another forge-ml flywheel (pid {owner.get('pid')} on {owner.get('host')}) "
+                    "is running on this project; wait for it, or remove the lock if that process is gone"
+                ) from None
+            with os.fdopen(fd, "w") as fh:
+                json.dump({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}, fh)
+            return self
+        raise InputError(f"{self.path}: could not take the project lock")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._owner().get("pid") == os.getpid():
+            self.path.unlink(missing_ok=True)
+
+    def _owner(self) -> dict[str, Any]:
+        try:
+            return json.loads(Path(self.path).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return {}

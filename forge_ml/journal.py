@@ -1,0 +1,218 @@
+"""What the flywheel keeps in the project directory for people and for the next plan.
+
+`output/flywheel_heartbeat.json` (is it alive, where is it), `output/experiments.jsonl` (one
+line per round), AGENT_CONTEXT.md (history the planner reads, newest part kept), PLAN.md (the
+current strategy), a plot of accuracy per round, and a git commit per round. Every file is
+rewritten atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forge_ml.fileio import atomic_write_json, atomic_write_text
+from forge_ml.project import Project
+from forge_ml.secrets import redact_text
+
+log = logging.getLogger(__name__)
+HEARTBEAT = "flywheel_heartbeat.json"
+EXPERIMENTS = "experiments.jsonl"
+CONTEXT = "AGENT_CONTEXT.md"
+PLAN = "PLAN.md"
+BACKGROUND = "BACKGROUND.md"
+
+
+@dataclass
+class RoundRecord:
+    """One line of experiments.jsonl."""
+
+    iteration: int
+    hypothesis: str
+    plan: dict[str, Any]
+    planner: str
+    dev_accuracy: float | None
+    gold_accuracy: float | None
+    gold_per_category: dict[str, float]
+    promoted: bool
+    gate_reasons: list[str]
+    champion_accuracy: float | None
+    dataset_hash: str
+    dataset_size: int
+    examples_added: int
+    round_run_id: str
+    best_run_id: str | None
+    version: str | None
+    wall_s: float
+    failures_by_category: dict[str, int] = field(default_factory=dict)
+
+
+def write_heartbeat(project: Project, iteration: int, status: str, **extra: Any) -> None:
+    data = {"iteration": iteration, "status": status, "timestamp": time.time(), **extra}
+    if "error" in data:
+        data["error"] = redact_text(str(data["error"]))
+    atomic_write_json(project.output / HEARTBEAT, data)
+
+
+def read_records(project: Project) -> list[dict[str, Any]]:
+    path = project.output / EXPERIMENTS
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            log.warning("%s: skipping an unreadable line", path)
+    return rows
+
+
+def append_record(project: Project, record: RoundRecord) -> None:
+    """Add the round's line; a round already recorded (a resumed run) is replaced, not repeated."""
+    rows = [r for r in read_records(project) if r.get("iteration") != record.iteration]
+    rows.append(record.__dict__)
+    rows.sort(key=lambda r: r.get("iteration", 0))
+    atomic_write_text(
+        project.output / EXPERIMENTS, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    )
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.1f}%"
+
+
+def write_context(project: Project, records: list[dict[str, Any]], target: float, max_chars: int) -> None:
+    """Rewrite AGENT_CONTEXT.md from the records: scores, failure taxonomy, what worked; newest part kept."""
+    head = "\n".join(
+        [
+            "# Agent context (written by forge-ml after each round)",
+            "",
+            f"Target gold accuracy: {_pct(target)}. One section per round, newest last.",
+            "",
+        ]
+    )
+    sections: list[str] = []
+    best: float | None = None
+    for r in records:
+        gold = r.get("gold_accuracy")
+        improved = gold is not None and (best is None or gold > best)
+        lines = [
+            f"## Round {r['iteration']}: gold {_pct(gold)}"
+            + (" — promoted" if r.get("promoted") else "")
+            + (" — new best" if improved else ""),
+            f"- hypothesis: {r.get('hypothesis', '')}",
+            f"- planner: {r.get('planner', '')}; data: {r.get('dataset_size', 0)} examples "
+            f"(+{r.get('examples_added', 0)})",
+            f"- search space: {json.dumps(r.get('plan', {}).get('search_space', {}))}",
+        ]
+        per_cat = r.get("gold_per_category") or {}
+        if per_cat:
+            weakest = sorted(per_cat.items(), key=lambda kv: kv[1])[:4]
+            lines.append("- weakest categories: " + ", ".join(f"{k} {_pct(v)}" for k, v in weakest))
+        failures = r.get("failures_by_category") or {}
+        if failures:
+            lines.append("- gold failures by category: " + ", ".join(f"{k} {v}" for k, v in failures.items()))
+        if r.get("gate_reasons"):
+            lines.append("- gate: " + "; ".join(r["gate_reasons"]))
+        sections.append("\n".join(lines) + "\n")
+        if improved:
+            best = gold
+    dropped = 0
+    while len(sections) > 1 and len(head) + sum(len(x) + 1 for x in sections) > max_chars:
+        sections.pop(0)
+        dropped += 1
+    note = f"({dropped} older round(s) truncated; see output/experiments.jsonl)\n\n" if dropped else ""
+    text = head + note + "\n".join(sections)
+    atomic_write_text(project.root / CONTEXT, text)
+
+
+def write_plan(
+    project: Project, iteration: int, plan: dict[str, Any], planner: str, champion: float | None
+) -> None:
+    text = "\n".join(
+        [
+            "# Current plan (written by forge-ml)",
+            "",
+            f"Round {iteration}, planned by the {planner} planner. Champion gold accuracy: {_pct(champion)}.",
+            "",
+            f"**Hypothesis.** {plan.get('hypothesis', '')}",
+            "",
+            "**Search space.**",
+            "",
+            *(f"- `{k}`: `{v}`" for k, v in plan.get("search_space", {}).items()),
+            "",
+            f"**Trials.** {plan.get('num_samples')}; fixed: `{json.dumps(plan.get('fixed_overrides', {}))}`",
+            "",
+            f"**Data.** {plan.get('augment_n', 0)} new examples"
+            + (f" for {', '.join(plan['augment_focus'])}" if plan.get("augment_focus") else "")
+            + ".",
+            "",
+        ]
+    )
+    atomic_write_text(project.root / PLAN, text)
+
+
+def append_background(project: Project, iteration: int, text: str) -> None:
+    if not text.strip():
+        return
+    path = project.root / BACKGROUND
+    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    atomic_write_text(path, old.rstrip("\n") + f"\n\n## Learned in round {iteration}\n\n{text.strip()}\n")
+
+
+def plot_rounds(records: list[dict[str, Any]], path: Path) -> Path | None:
+    """Plot gold accuracy per round, overall and per category; return the PNG (None without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    rows = [r for r in records if r.get("gold_accuracy") is not None]
+    if not rows:
+        return None
+    rounds = [r["iteration"] for r in rows]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    categories = sorted({c for r in rows for c in (r.get("gold_per_category") or {})})
+    for name in categories:
+        ax.plot(rounds, [r["gold_per_category"].get(name) for r in rows], alpha=0.45, linewidth=1, label=name)
+    ax.plot(
+        rounds, [r["gold_accuracy"] for r in rows], color="black", linewidth=2.5, marker="o", label="overall"
+    )
+    ax.set(xlabel="round", ylabel="gold accuracy", ylim=(0, 1.02), title="gold accuracy per round")
+    ax.set_xticks(rounds)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def git_commit(project: Project, message: str) -> bool:
+    """Commit the project's tracked and new files when it is a git repository; return whether it did."""
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["git", "-C", str(project.root), *args], capture_output=True, text=True, timeout=60, check=False
+        )
+
+    try:
+        inside = git("rev-parse", "--is-inside-work-tree")
+        if inside.returncode != 0 or inside.stdout.strip() != "true":
+            return False
+        git("add", "-A", ".")
+        done = git("commit", "-q", "-m", message)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("git commit skipped: %s", exc)
+        return False
+    if done.returncode != 0 and "nothing to commit" not in done.stdout + done.stderr:
+        log.warning("git commit failed: %s", (done.stderr or done.stdout).strip()[:300])
+        return False
+    return done.returncode == 0

@@ -1,0 +1,166 @@
+"""Claude through the `anthropic` SDK: the one module that talks to the Messages API.
+
+One forced tool per job (`propose_experiment`, `write_examples`, `review_examples`). The SDK
+reads ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL from the environment; this module sets the
+timeout and the retries (the SDK retries 408, 409, 429, 5xx and 529 with backoff, honouring
+retry-after) and sorts what is left into errors that end Claude's part of the run (bad key,
+no permission, spend limit) and errors that only end this request.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from forge_ml.config import PlannerConfig
+
+API_KEY_ENV = "ANTHROPIC_API_KEY"
+_FATAL_NAMES = (
+    "AuthenticationError",
+    "PermissionDeniedError",
+    "PaymentRequiredError",
+    "EnforcedSpendLimitReachedError",
+    "ContractSpendLimitReachedError",
+    "OrganizationOnHoldError",
+)
+_SPEND_WORDS = ("credit balance", "spend limit", "billing")
+
+
+def claude_available() -> bool:
+    return bool(os.environ.get(API_KEY_ENV, "").strip())
+
+
+@dataclass
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+    requests: int = 0
+
+    def add(self, usage: Any) -> None:
+        self.requests += 1
+        if usage is None:
+            return
+        self.input_tokens += int(getattr(usage, "input_tokens", 0) or 0)
+        self.output_tokens += int(getattr(usage, "output_tokens", 0) or 0)
+        self.cache_write_tokens += int(getattr(usage, "cache_creation_input_tokens", 0) or 0)
+        self.cache_read_tokens += int(getattr(usage, "cache_read_input_tokens", 0) or 0)
+
+    def merge(self, other: Usage) -> None:
+        for name in ("input_tokens", "output_tokens", "cache_write_tokens", "cache_read_tokens", "requests"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def cost_usd(self, planner: PlannerConfig) -> float:
+        p = planner.prices
+        return (
+            self.input_tokens * p.input
+            + self.output_tokens * p.output
+            + self.cache_write_tokens * p.cache_write
+            + self.cache_read_tokens * p.cache_read
+        ) / 1e6
+
+    def metrics(self, planner: PlannerConfig, prefix: str = "planner") -> dict[str, float]:
+        return {
+            f"{prefix}/input_tokens": float(self.input_tokens),
+            f"{prefix}/output_tokens": float(self.output_tokens),
+            f"{prefix}/cache_write_tokens": float(self.cache_write_tokens),
+            f"{prefix}/cache_read_tokens": float(self.cache_read_tokens),
+            f"{prefix}/requests": float(self.requests),
+            f"{prefix}/cost_usd": self.cost_usd(planner),
+        }
+
+
+@dataclass
+class ToolCall:
+    """The forced tool's input, with what came around it."""
+
+    name: str
+    input: Any
+    stop_reason: str | None
+    tool_use_id: str | None
+    content: list[Any] = field(default_factory=list)  # the assistant turn, to send back with errors
+
+
+class ClaudeUnavailable(Exception):
+    """Claude cannot be used for the rest of this run (bad key, no permission, spend limit)."""
+
+
+class ClaudeRequestFailed(Exception):
+    """This request failed after the SDK's retries (timeout, overload, server error, bad reply)."""
+
+
+def make_client(planner: PlannerConfig) -> Any:
+    import anthropic
+
+    return anthropic.Anthropic(timeout=planner.timeout_s, max_retries=planner.max_retries)
+
+
+def classify(exc: BaseException) -> Exception:
+    """Return ClaudeUnavailable or ClaudeRequestFailed for an SDK exception."""
+    import anthropic
+
+    fatal = tuple(getattr(anthropic, name) for name in _FATAL_NAMES if hasattr(anthropic, name))
+    message = f"{type(exc).__name__}: {getattr(exc, 'message', None) or exc}"
+    if isinstance(exc, fatal):
+        return ClaudeUnavailable(message)
+    if isinstance(exc, anthropic.BadRequestError) and any(w in str(exc).lower() for w in _SPEND_WORDS):
+        return ClaudeUnavailable(message)
+    return ClaudeRequestFailed(message)
+
+
+def call_tool(
+    client: Any,
+    planner: PlannerConfig,
+    *,
+    system: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+    tool: dict[str, Any],
+    usage: Usage,
+) -> ToolCall:
+    """Send one request that must answer with `tool`; return its input (raise Claude* on failure)."""
+    import anthropic
+
+    try:
+        response = client.messages.create(
+            model=planner.model,
+            max_tokens=planner.max_tokens,
+            system=system,
+            messages=messages,
+            tools=[tool],
+            tool_choice={"type": "tool", "name": tool["name"]},
+        )
+    except anthropic.APIError as exc:
+        usage.requests += 1
+        raise classify(exc) from exc
+    except ValueError as exc:  # a 200 whose body is not JSON
+        usage.requests += 1
+        raise ClaudeRequestFailed(f"malformed reply ({type(exc).__name__}: {exc})") from exc
+    if not hasattr(response, "content"):  # a non-JSON content type (e.g. a proxy's page) comes back as text
+        usage.requests += 1
+        raise ClaudeRequestFailed(f"the reply is not a message: {str(response)[:200]!r}")
+    usage.add(getattr(response, "usage", None))
+    blocks = [
+        b for b in response.content if getattr(b, "type", None) == "tool_use" and b.name == tool["name"]
+    ]
+    content = [b.model_dump(exclude_none=True) for b in response.content]
+    if not blocks:
+        raise ClaudeRequestFailed(
+            f"the reply has no {tool['name']} call (stop_reason {response.stop_reason})"
+        )
+    return ToolCall(tool["name"], blocks[0].input, response.stop_reason, blocks[0].id, content)
+
+
+def cached(text: str) -> dict[str, Any]:
+    """A system block marked as the end of the cached static prefix."""
+    return {"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}
+
+
+def quoted(name: str, value: Any) -> str:
+    """Wrap project data so the model reads it as data: JSON-encoded inside a named tag."""
+    import json
+
+    body = value if isinstance(value, str) else json.dumps(value, indent=1, ensure_ascii=False)
+    body = json.dumps(body, ensure_ascii=False) if isinstance(value, str) else body
+    return f'<data name="{name}">\n{body}\n</data>'

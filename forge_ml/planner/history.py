@@ -1,0 +1,160 @@
+"""What has been tried: earlier trials and rounds read back from MLflow, and the latest gold failures.
+
+Both planners read the same `History`; the round engine's searcher is warm-started from it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forge_ml.config import ForgeConfig
+from forge_ml.errors import ConfigError
+from forge_ml.search import SearchParam, schema_type
+
+FAILURES_FILE = "eval_failures.jsonl"
+
+
+@dataclass
+class TrialRow:
+    round: int
+    trial_id: str
+    status: str
+    params: dict[str, Any]  # the planner.bounds keys, typed
+    metrics: dict[str, float]
+
+
+@dataclass
+class RoundRow:
+    round: int
+    run_id: str
+    hypothesis: str
+    gold_accuracy: float | None
+    promoted: bool
+    wall_s: float | None
+    num_trials: int
+    cost_usd: float = 0.0
+
+
+@dataclass
+class History:
+    trials: list[TrialRow] = field(default_factory=list)
+    rounds: list[RoundRow] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)  # latest gold failures
+
+    def scored(self, metric: str) -> list[TrialRow]:
+        return [t for t in self.trials if metric in t.metrics and math.isfinite(t.metrics[metric])]
+
+    def best(self, metric: str, mode: str) -> TrialRow | None:
+        scored = self.scored(metric)
+        if not scored:
+            return None
+        pick = min if mode == "min" else max
+        return pick(scored, key=lambda t: t.metrics[metric])
+
+    def warm_start(self, params: dict[str, SearchParam], metric: str) -> list[tuple[dict, float]]:
+        """Return (point, score) pairs of earlier trials whose searched keys are all known."""
+        points = []
+        for trial in self.scored(metric):
+            if all(k in trial.params for k in params):
+                points.append(({k: trial.params[k] for k in params}, trial.metrics[metric]))
+        return points
+
+    def failures_by_category(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for row in self.failures:
+            name = str(row.get("category") or "uncategorized")
+            counts[name] = counts.get(name, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    @property
+    def spent_usd(self) -> float:
+        return sum(r.cost_usd for r in self.rounds)
+
+
+def parse_param_value(key: str, text: str) -> Any:
+    """Return an MLflow param string as the schema type of `key`."""
+    kind = schema_type(key)
+    if kind is bool:
+        return text.lower() == "true"
+    try:
+        return kind(float(text)) if kind is int else kind(text)
+    except ValueError:
+        return text
+
+
+def _round_number(name: str | None) -> int:
+    try:
+        return int(str(name).rsplit("-", 1)[-1])
+    except ValueError:
+        return 0
+
+
+def read_history(cfg: ForgeConfig, client: Any, experiment_id: str, output_dir: Path) -> History:
+    """Return the trials and rounds recorded in the project's experiment, oldest first."""
+    history = History()
+    rounds = client.search_runs(
+        [experiment_id], filter_string="tags.`forge.kind` = 'round'", max_results=5000
+    )
+    round_of = {}
+    for run in rounds:
+        number = _round_number(run.data.tags.get("forge.round"))
+        round_of[run.info.run_id] = number
+        if run.info.status != "FINISHED":
+            continue
+        metrics = run.data.metrics
+        history.rounds.append(
+            RoundRow(
+                round=number,
+                run_id=run.info.run_id,
+                hypothesis=run.data.tags.get("forge.hypothesis", ""),
+                gold_accuracy=metrics.get("gold/accuracy"),
+                promoted=run.data.tags.get("forge.gate.decision") == "promoted",
+                wall_s=metrics.get("round/wall_s"),
+                num_trials=int(
+                    metrics.get("round/trials_finished", 0) + metrics.get("round/trials_stopped", 0)
+                ),
+                cost_usd=metrics.get("planner/cost_usd", 0.0),
+            )
+        )
+    history.rounds.sort(key=lambda r: r.round)
+    trials = client.search_runs(
+        [experiment_id], filter_string="tags.`forge.kind` = 'trial'", max_results=50_000
+    )
+    for run in trials:
+        params = {}
+        for key in cfg.planner.bounds:
+            if key in run.data.params:
+                try:
+                    params[key] = parse_param_value(key, run.data.params[key])
+                except ConfigError:
+                    continue
+        history.trials.append(
+            TrialRow(
+                round=round_of.get(run.data.tags.get("mlflow.parentRunId", ""), 0),
+                trial_id=run.data.tags.get("forge.trial_id", run.info.run_id),
+                status=run.info.status,
+                params=params,
+                metrics=dict(run.data.metrics),
+            )
+        )
+    history.trials.sort(key=lambda t: (t.round, t.trial_id))
+    history.failures = read_failures(output_dir / FAILURES_FILE)
+    return history
+
+
+def read_failures(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows

@@ -1,0 +1,222 @@
+"""The plan of one round, its JSON schema (the `propose_experiment` tool), and its validation.
+
+A plan may only touch the keys in `planner.bounds`, within their ranges; everything else
+(identity, paths, tracking, Ray placement, trust_remote_code, secrets) is never plannable.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from forge_ml.config import ForgeConfig, PlannerConfig, config_to_dict
+from forge_ml.errors import ConfigError
+from forge_ml.search import NEVER_SEARCHED, Bound, check_bounds, parse_space, schema_type
+from forge_ml.trainables.sft import apply_overrides
+
+MAX_TEXT = 4000
+MAX_FOCUS = 20
+
+
+@dataclass
+class ExperimentPlan:
+    hypothesis: str
+    search_space: dict[str, str]
+    num_samples: int
+    fixed_overrides: dict[str, Any] = field(default_factory=dict)
+    forge_yaml_patches: dict[str, Any] = field(default_factory=dict)
+    background_additions: str = ""
+    augment_focus: list[str] = field(default_factory=list)
+    augment_n: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PLAN_FIELDS = {
+    "hypothesis": "what this round tests and why, in one or two sentences",
+    "search_space": "config key -> Hydra sweep expression: choice(a,b,...), interval(lo,hi), "
+    "tag(log, interval(lo,hi)), range(start,stop[,step]); keys from the bounds only",
+    "num_samples": "trials to run in this round",
+    "fixed_overrides": "config key -> value held fixed for this round's trials (keys from the bounds only)",
+    "forge_yaml_patches": "config key -> value written permanently into forge.yaml (keys from the bounds only)",
+    "background_additions": "a short note appended to BACKGROUND.md (facts learned), or empty",
+    "augment_focus": "categories the new training examples should cover",
+    "augment_n": "how many new training examples to write this round (0 for none)",
+}
+
+
+def plan_schema(planner: PlannerConfig) -> dict[str, Any]:
+    """Return the JSON schema of the `propose_experiment` tool's input."""
+    scalar = {"type": ["number", "integer", "string", "boolean"]}
+    props: dict[str, Any] = {
+        "hypothesis": {"type": "string"},
+        "search_space": {"type": "object", "additionalProperties": {"type": "string"}},
+        "num_samples": {"type": "integer", "minimum": planner.min_samples, "maximum": planner.max_samples},
+        "fixed_overrides": {"type": "object", "additionalProperties": scalar},
+        "forge_yaml_patches": {"type": "object", "additionalProperties": scalar},
+        "background_additions": {"type": "string"},
+        "augment_focus": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_FOCUS},
+        "augment_n": {"type": "integer", "minimum": 0, "maximum": planner.max_augment},
+    }
+    for name, text in PLAN_FIELDS.items():
+        props[name]["description"] = text
+    return {
+        "type": "object",
+        "properties": props,
+        "required": list(PLAN_FIELDS),
+        "additionalProperties": False,
+    }
+
+
+def bounds_of(planner: PlannerConfig) -> dict[str, Bound]:
+    return {
+        key: Bound(b.low, b.high, tuple(b.choices) if b.choices is not None else None)
+        for key, b in planner.bounds.items()
+    }
+
+
+class PlanError(ConfigError):
+    """A plan broke the schema or the bounds; `problems` lists every reason."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid plan:\n  " + "\n  ".join(problems))
+        self.problems = problems
+
+
+def _check_value(key: str, value: Any, bounds: dict[str, Bound]) -> Any:
+    """Return `value` coerced to the key's type; raise ConfigError when the key or value is not allowed."""
+    if any(key == k or key.startswith(k + ".") for k in NEVER_SEARCHED):
+        raise ConfigError(f"'{key}' is never plannable")
+    if key not in bounds:
+        raise ConfigError(f"'{key}' is not in planner.bounds ({', '.join(sorted(bounds))})")
+    kind = schema_type(key)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if kind is int and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise ConfigError(f"'{key}' takes {kind.__name__} values, got {value!r}")
+    bound = bounds[key]
+    if bound.choices is not None and value not in bound.choices:
+        raise ConfigError(f"'{key}'={value!r} is not one of planner.bounds choices {list(bound.choices)}")
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if numeric and (
+        (bound.low is not None and value < bound.low) or (bound.high is not None and value > bound.high)
+    ):
+        raise ConfigError(f"'{key}'={value!r} is outside planner.bounds [{bound.low}, {bound.high}]")
+    return value
+
+
+def _text(raw: dict, name: str, problems: list[str], *, required: bool) -> str:
+    value = raw.get(name, "")
+    if not isinstance(value, str):
+        problems.append(f"{name}: must be a string")
+        return ""
+    if required and not value.strip():
+        problems.append(f"{name}: must not be empty")
+    if len(value) > MAX_TEXT:
+        problems.append(f"{name}: {len(value)} characters, at most {MAX_TEXT}")
+    return value.strip()
+
+
+def _integer(raw: dict, name: str, low: int, high: int, problems: list[str]) -> int:
+    value = raw.get(name)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        problems.append(f"{name}: must be an integer, got {value!r}")
+        return low
+    if not low <= value <= high:
+        problems.append(f"{name}: {value} is out of range [{low}, {high}]")
+    return value
+
+
+def _mapping(raw: dict, name: str, problems: list[str]) -> dict[str, Any]:
+    value = raw.get(name) or {}
+    if not isinstance(value, dict):
+        problems.append(f"{name}: must be an object of config key -> value")
+        return {}
+    return value
+
+
+def validate_plan(raw: Any, cfg: ForgeConfig) -> ExperimentPlan:
+    """Return the plan in `raw` checked against the schema and planner.bounds; raise PlanError."""
+    planner = cfg.planner
+    if not isinstance(raw, dict):
+        raise PlanError([f"the plan must be a JSON object, got {type(raw).__name__}"])
+    problems: list[str] = []
+    unknown = sorted(set(raw) - set(PLAN_FIELDS))
+    if unknown:
+        problems.append(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(PLAN_FIELDS)}")
+    missing = [name for name in ("hypothesis", "search_space", "num_samples") if name not in raw]
+    if missing:
+        problems.append(f"missing field(s): {', '.join(missing)}")
+    bounds = bounds_of(planner)
+    hypothesis = _text(raw, "hypothesis", problems, required=True)
+    background = _text(raw, "background_additions", problems, required=False)
+    num_samples = _integer(raw, "num_samples", planner.min_samples, planner.max_samples, problems)
+    augment_n = _integer(raw, "augment_n", 0, planner.max_augment, problems) if "augment_n" in raw else 0
+
+    space = _mapping(raw, "search_space", problems)
+    if not all(isinstance(v, str) for v in space.values()):
+        problems.append("search_space: every value must be a sweep expression string")
+        space = {}
+    for key, expression in space.items():
+        try:
+            check_bounds(parse_space({key: expression})[key], bounds)
+        except ConfigError as exc:
+            problems.append(str(exc))
+
+    checked: dict[str, dict[str, Any]] = {}
+    for name in ("fixed_overrides", "forge_yaml_patches"):
+        checked[name] = {}
+        for key, value in _mapping(raw, name, problems).items():
+            try:
+                checked[name][key] = _check_value(str(key), value, bounds)
+            except ConfigError as exc:
+                problems.append(f"{name}: {exc}")
+    clash = sorted(set(space) & set(checked["fixed_overrides"]))
+    if clash:
+        problems.append(f"fixed_overrides: {', '.join(clash)} also searched in search_space")
+
+    focus = raw.get("augment_focus") or []
+    if not isinstance(focus, list) or not all(isinstance(f, str) and f.strip() for f in focus):
+        problems.append("augment_focus: must be a list of category names")
+        focus = []
+    elif len(focus) > MAX_FOCUS:
+        problems.append(f"augment_focus: {len(focus)} categories, at most {MAX_FOCUS}")
+
+    if not problems:  # the whole config must stay valid with the plan applied at every edge
+        problems.extend(_config_problems(cfg, space, checked))
+    if problems:
+        raise PlanError(problems)
+    return ExperimentPlan(
+        hypothesis=hypothesis,
+        search_space={str(k): v for k, v in space.items()},
+        num_samples=num_samples,
+        fixed_overrides=checked["fixed_overrides"],
+        forge_yaml_patches=checked["forge_yaml_patches"],
+        background_additions=background,
+        augment_focus=[f.strip() for f in focus],
+        augment_n=augment_n,
+    )
+
+
+def _config_problems(cfg: ForgeConfig, space: dict[str, str], checked: dict[str, dict]) -> list[str]:
+    from forge_ml.tuning.engine import check_space
+
+    try:
+        planned = apply_overrides(
+            config_to_dict(cfg), {**checked["forge_yaml_patches"], **checked["fixed_overrides"]}
+        )
+        if space:
+            check_space(planned, parse_space(space))
+    except ConfigError as exc:
+        return [str(exc)]
+    return []
+
+
+def plan_json(plan: ExperimentPlan) -> str:
+    return json.dumps(plan.to_dict(), indent=2, sort_keys=True)
