@@ -30,3 +30,12 @@ class RuntimeFault(ForgeError):
     """Something failed while running (training crashed, a service is down)."""
 
     exit_code = EXIT_RUNTIME
+
+
+def error_exit_code(error: BaseException | None) -> int:
+    """The exit code of an error: its own for ForgeError, 130 for Ctrl-C, else a runtime failure."""
+    if isinstance(error, ForgeError):
+        return error.exit_code
+    if isinstance(error, KeyboardInterrupt):
+        return 130
+    return EXIT_RUNTIME

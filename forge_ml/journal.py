@@ -127,7 +127,7 @@ def write_context(project: Project, records: list[dict[str, Any]], target: float
         sections.pop(0)
         dropped += 1
     note = f"({dropped} older round(s) truncated; see output/experiments.jsonl)\n\n" if dropped else ""
-    text = head + note + "\n".join(sections)
+    text = head + "\n" + note + "\n".join(sections)
     atomic_write_text(project.root / CONTEXT, text)
 
 

@@ -271,6 +271,25 @@ def _missing(exc: Exception) -> bool:
     return getattr(exc, "error_code", "") == "RESOURCE_DOES_NOT_EXIST"
 
 
+@dataclass
+class ModelFiles:
+    """A downloaded registry version: the pyfunc model dir, its adapter, its base (when copied in)."""
+
+    root: Path
+    adapter: Path
+    base: Path | None  # None: a Hub base, see settings["base"]
+    settings: dict[str, Any]
+    version: Any
+
+    def base_ref(self) -> BaseModelRef:
+        from forge_ml.models.loader import BaseModelRef
+
+        if self.base is not None:
+            return BaseModelRef(str(self.base), None, True)
+        base = self.settings["base"]
+        return BaseModelRef(base["source"], base.get("revision"), False)
+
+
 class Registry:
     """The project's registered model: register candidates, read the champion, run the gate."""
 
@@ -384,6 +403,36 @@ class Registry:
                 self._transition(number, "Production", archive_existing=True)
             self.client.set_registered_model_alias(self.name, CHAMPION, number)
         return decision
+
+    def version(self, ref: str | int | None = None, *, alias: str | None = None) -> Any:
+        """Return the version `ref` (a number) or the one `alias` points at; InputError (exit 1) when unknown."""
+        from mlflow.exceptions import MlflowException
+
+        from forge_ml.errors import InputError
+
+        try:
+            if ref is not None:
+                return self.client.get_model_version(self.name, str(ref))
+            return self.client.get_model_version_by_alias(self.name, alias or CHAMPION)
+        except MlflowException:
+            what = f"version {ref}" if ref is not None else f"alias @{alias or CHAMPION}"
+            raise InputError(f"registered model {self.name!r} has no {what}") from None
+
+    def download(self, version: Any, dest: Path) -> ModelFiles:
+        """Download the MLflow model of `version` into `dest`; return where its parts lie."""
+        found = self.client.get_model_version(self.name, str(getattr(version, "version", version)))
+        import yaml
+
+        root = Path(self.client.download_artifacts(found.run_id, ARTIFACT_PATH, str(dest)))
+        meta = yaml.safe_load((root / "MLmodel").read_text(encoding="utf-8"))
+        paths = {k: root / v["path"] for k, v in meta["flavors"]["python_function"]["artifacts"].items()}
+        return ModelFiles(
+            root=root,
+            adapter=paths["adapter"],
+            base=paths.get("base"),
+            settings=json.loads(paths["settings"].read_text(encoding="utf-8")),
+            version=found,
+        )
 
     def load(self, version: Any) -> Any:
         """Return the pyfunc model of `version`, read through this registry's client (not the global URI)."""

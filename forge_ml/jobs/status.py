@@ -73,45 +73,36 @@ def runs_summary(cfg: ForgeConfig, project: Project, limit: int = 5) -> Table | 
     return table
 
 
-def flywheel_table(cfg: ForgeConfig, project: Project) -> Table | None:
+def flywheel_table(summary: dict) -> Table | None:
     """The champion, the rounds done and the heartbeat, once the flywheel has run."""
-    records = [json.loads(line) for line in _lines(project.output / "experiments.jsonl")]
-    heartbeat_path = project.output / "flywheel_heartbeat.json"
-    if not records and not heartbeat_path.is_file():
+    if not summary["rounds_done"] and summary["heartbeat"] is None:
         return None
-    from forge_ml.registry import Registry
-
-    registry = Registry.for_project(cfg, project)
-    champion = registry.champion()
     table = Table(title="flywheel", show_header=False)
     table.add_column("what")
     table.add_column("value")
+    champion = summary["champion"]
     if champion:
-        version, outcome = champion
-        round_ = version.tags.get("forge.round", "?")
         table.add_row(
             "champion",
-            f"{registry.name} v{version.version} (round {round_}): gold accuracy {outcome.accuracy:.3f}",
+            f"{champion['name']} v{champion['version']} (round {champion['round']}): "
+            f"gold accuracy {champion['gold_accuracy']:.3f}",
         )
-        table.add_row("load it", f'mlflow.pyfunc.load_model("{registry.uri()}").predict(["..."])')
+        table.add_row("load it", f'mlflow.pyfunc.load_model("{champion["uri"]}").predict(["..."])')
     else:
         table.add_row("champion", "none yet")
-    table.add_row("rounds", f"{len(records)} done of flywheel.max_rounds={cfg.flywheel.max_rounds}")
-    if records:
-        last = records[-1]
+    table.add_row("rounds", f"{summary['rounds_done']} done of flywheel.max_rounds={summary['max_rounds']}")
+    last = summary["last_round"]
+    if last:
         gold = last.get("gold_accuracy")
+        verdict = "promoted" if last.get("promoted") else "not promoted"
         table.add_row(
-            "last round",
-            f"{last['iteration']}: gold {'-' if gold is None else f'{gold:.3f}'}, "
-            + ("promoted" if last.get("promoted") else "not promoted"),
+            "last round", f"{last['iteration']}: gold {'-' if gold is None else f'{gold:.3f}'}, {verdict}"
         )
-    if heartbeat_path.is_file():
-        beat = json.loads(heartbeat_path.read_text())
+    beat = summary["heartbeat"]
+    if beat:
         when = datetime.fromtimestamp(beat.get("timestamp", 0)).strftime("%Y-%m-%d %H:%M:%S")
-        table.add_row(
-            "heartbeat",
-            f"{beat.get('status')} at {when}" + (f" — {beat['error']}" if beat.get("error") else ""),
-        )
+        error = f" — {beat['error']}" if beat.get("error") else ""
+        table.add_row("heartbeat", f"{beat.get('status')} at {when}{error}")
     return table
 
 
@@ -123,11 +114,49 @@ def _lines(path) -> list[str]:
     )
 
 
-def status_tables(cfg: ForgeConfig, project: Project) -> list[Table]:
+def status_tables(cfg: ForgeConfig, project: Project, summary: dict) -> list[Table]:
     tables = [
         dataset_table(cfg, project),
-        flywheel_table(cfg, project),
+        flywheel_table(summary),
         scores_table(project),
         runs_summary(cfg, project),
     ]
     return [t for t in tables if t is not None]
+
+
+def status_summary(cfg: ForgeConfig, project: Project) -> dict:
+    """The status as plain data (the `--json` envelope of `forge-ml status`)."""
+    datasets = {
+        label: len(read_examples(project.resolve(rel), required=False))
+        for label, rel in (
+            ("seed", cfg.task.seed_path),
+            ("canonical", cfg.task.canonical_path),
+            ("gold", cfg.task.gold_path),
+        )
+    }
+    records = [json.loads(line) for line in _lines(project.output / "experiments.jsonl")]
+    heartbeat_path = project.output / "flywheel_heartbeat.json"
+    champion = None
+    if records or heartbeat_path.is_file():
+        from forge_ml.registry import Registry
+
+        registry = Registry.for_project(cfg, project)
+        found = registry.champion()
+        if found:
+            version, outcome = found
+            champion = {
+                "name": registry.name,
+                "version": str(version.version),
+                "round": version.tags.get("forge.round"),
+                "gold_accuracy": outcome.accuracy,
+                "uri": registry.uri(),
+            }
+    return {
+        "project": str(project.root),
+        "datasets": datasets,
+        "champion": champion,
+        "rounds_done": len(records),
+        "max_rounds": cfg.flywheel.max_rounds,
+        "last_round": records[-1] if records else None,
+        "heartbeat": json.loads(heartbeat_path.read_text()) if heartbeat_path.is_file() else None,
+    }

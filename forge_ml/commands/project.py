@@ -1,0 +1,90 @@
+"""Project commands: init, status, clean, ui."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from forge_ml.commands import Command, Context, overrides_argument
+from forge_ml.console import console, results
+from forge_ml.errors import EXIT_OK
+from forge_ml.project import init_project, packaged_examples
+
+
+def _init_args(p) -> None:
+    p.add_argument("name", help="directory to create (its name becomes the project name)")
+    p.add_argument("--example", help=f"copy a ready example ({', '.join(packaged_examples()) or 'none'})")
+
+
+def run_init(ctx: Context) -> int:
+    parent = Path(ctx.args.project) if ctx.args.project else Path.cwd()
+    project = init_project(parent / ctx.args.name, example=ctx.args.example)
+    ctx.report(project=str(project.root))
+    console.print(f"[green]created[/] {project.root}")
+    console.print(f"next: cd {project.root} && forge-ml flywheel")
+    return EXIT_OK
+
+
+def run_status(ctx: Context) -> int:
+    from forge_ml.jobs.status import status_summary, status_tables
+
+    cfg = ctx.compose()
+    project = ctx.project()
+    summary = status_summary(cfg, project)
+    ctx.report(**summary)
+    results.print(f"[bold]{cfg.name}[/] — {project.root}")
+    for table in status_tables(cfg, project, summary):
+        results.print(table)
+    return EXIT_OK
+
+
+def run_clean(ctx: Context) -> int:
+    from forge_ml.jobs.clean import clean_generated
+
+    summary = clean_generated(ctx.compose())
+    ctx.report(removed=dict(summary.removed), kept=summary.kept, path=str(summary.path))
+    removed = ", ".join(f"{n} {source}" for source, n in sorted(summary.removed.items())) or "nothing"
+    results.print(f"{summary.path}: removed {removed}; {summary.kept} example(s) kept", highlight=False)
+    return EXIT_OK
+
+
+def _ui_args(p) -> None:
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=5000)
+    overrides_argument(p)
+
+
+def run_ui(ctx: Context) -> int:
+    from forge_ml.tracking import tracking_uri
+
+    cfg = ctx.compose()
+    uri = tracking_uri(cfg, ctx.project())
+    if not uri.startswith(("sqlite:", "file:", "postgresql:", "mysql:")) and "://" in uri:
+        console.print(f"the tracking server is already serving its UI: open {uri}")
+        return EXIT_OK
+    args = ctx.args
+    console.print(f"MLflow UI for {uri} on http://{args.host}:{args.port} (Ctrl-C to stop)")
+    argv = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
+    os.execv(sys.executable, [*argv, "--host", args.host, "--port", str(args.port)])
+    return EXIT_OK  # not reached
+
+
+COMMANDS = [
+    Command("init", "create a project directory", _init_args, run_init, ("project",)),
+    Command(
+        "status",
+        "datasets, champion, rounds and latest scores",
+        overrides_argument,
+        run_status,
+        ("project", "datasets", "champion", "rounds_done", "max_rounds", "last_round", "heartbeat"),
+    ),
+    Command(
+        "clean",
+        "remove generated examples from canonical (seed and hand-written stay)",
+        overrides_argument,
+        run_clean,
+        ("removed", "kept", "path"),
+    ),
+    Command("ui", "start the MLflow UI on the project's tracking store", _ui_args, run_ui),
+]

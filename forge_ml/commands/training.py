@@ -1,0 +1,143 @@
+"""Training commands: train (one run, or a Hydra multirun), tune (one round of trials), eval."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from forge_ml.commands import Command, Context, overrides_argument
+from forge_ml.console import console, print_round, results
+from forge_ml.errors import EXIT_OK, error_exit_code
+
+
+def _train_args(p) -> None:
+    p.add_argument("-m", "--multirun", action="store_true", help="Hydra multirun: one job per sweep point")
+    overrides_argument(p, "Hydra overrides, e.g. lora.r=16 training.epochs=3")
+
+
+def _print_train_summary(summary: Any) -> None:
+    from rich.table import Table
+
+    table = Table(
+        title=f"run {summary.run_id[:8]}: gold accuracy {summary.gold.accuracy:.3f} "
+        f"({summary.gold.correct}/{summary.gold.total}), dev accuracy {summary.dev.accuracy:.3f}"
+    )
+    for column in ("category", "gold accuracy", "correct", "total"):
+        table.add_column(column)
+    for name, stats in summary.gold.per_category.items():
+        table.add_row(name, f"{stats['accuracy']:.3f}", str(stats["correct"]), str(stats["total"]))
+    results.print(table)
+
+
+def run_train(ctx: Context) -> int:
+    from forge_ml.compose import expand_sweeps, launch
+    from forge_ml.jobs.train import run_train as train_one
+
+    project = ctx.project()
+    hydra_flags = [a for a in ctx.extra if a.startswith("--")]
+    overrides = [*ctx.args.overrides, *(a for a in ctx.extra if not a.startswith("--"))]
+    if not hydra_flags:  # validate every job up front, before any model loads
+        for job_overrides in expand_sweeps(overrides) if ctx.args.multirun else [overrides]:
+            ctx.compose(job_overrides)
+    runs: list[dict[str, Any]] = []
+
+    def job(cfg: Any, context: dict[str, Any]) -> Any:
+        summary = train_one(cfg, run_name="train", tags=context)
+        runs.append(
+            {
+                "run_id": summary.run_id,
+                "gold_accuracy": summary.gold.accuracy,
+                "adapter": str(summary.adapter_dir),
+            }
+        )
+        ctx.run_id = summary.run_id
+        _print_train_summary(summary)
+        return summary
+
+    result = launch(project, overrides, job, multirun=ctx.args.multirun, hydra_flags=hydra_flags)
+    ctx.report(runs=runs, failed_jobs=len(result.failed))
+    if runs:
+        ctx.report(gold_accuracy=runs[-1]["gold_accuracy"], adapter=runs[-1]["adapter"])
+    if result.failed and not ctx.args.multirun:
+        raise result.failed[0].error
+    for failed in result.failed:
+        shown = " ".join(o for o in failed.overrides if not o.startswith("++project_dir="))
+        console.print(f"[red]job failed[/] ({shown}): {failed.error}", soft_wrap=True, highlight=False)
+    if result.failed:
+        console.print(f"{len(result.failed)} of {len(result.jobs)} job(s) failed")
+        return max(error_exit_code(f.error) for f in result.failed)
+    if result.jobs:
+        console.print(f"see the runs: forge-ml -p {project.root} ui   (MLflow UI on http://127.0.0.1:5000)")
+    return EXIT_OK
+
+
+def run_tune(ctx: Context) -> int:
+    from forge_ml.search import split_sweep_overrides
+    from forge_ml.tuning.engine import run_round
+
+    space, fixed = split_sweep_overrides(ctx.overrides)
+    cfg = ctx.compose(fixed)
+    result = run_round(cfg, {**cfg.tune.space, **space})
+    ctx.run_id = result.round_run_id
+    best = result.best
+    ctx.report(
+        round=result.name,
+        trials=len(result.trials),
+        best_trial=best.trial_id,
+        best_run_id=best.run_id,
+        best_metrics=best.metrics,
+        wall_s=result.wall_s,
+    )
+    print_round(result, cfg.tune.metric)
+    console.print(f"see the round: forge-ml -p {ctx.project().root} ui")
+    return EXIT_OK
+
+
+def _eval_args(p) -> None:
+    p.add_argument("--adapter", help="adapter or model directory (default: output/last_train.json)")
+    overrides_argument(p, "Hydra overrides, e.g. eval.batch_size=64")
+
+
+def run_eval(ctx: Context) -> int:
+    from forge_ml.jobs.evaluate import run_eval as evaluate
+
+    summary = evaluate(ctx.compose(), ctx.args.adapter)
+    r = summary.report
+    ctx.run_id = summary.run_id
+    ctx.report(
+        target=summary.target,
+        accuracy=r.accuracy,
+        correct=r.correct,
+        total=r.total,
+        per_category={k: v["accuracy"] for k, v in r.per_category.items()},
+        results_path=str(summary.results_path),
+    )
+    results.print(f"gold accuracy {r.accuracy:.3f} ({r.correct}/{r.total}) for {summary.target}")
+    console.print(f"results: {summary.results_path}")
+    return EXIT_OK
+
+
+COMMANDS = [
+    Command(
+        "train",
+        "train one LoRA adapter, evaluate it, record it in MLflow",
+        _train_args,
+        run_train,
+        ("runs", "failed_jobs", "gold_accuracy", "adapter"),
+    ),
+    Command(
+        "tune",
+        "run one round: parallel Ray Tune trials over a search space",
+        lambda p: overrides_argument(
+            p, "sweeps form the space ('lora.r=choice(4,8)'); other overrides are fixed"
+        ),
+        run_tune,
+        ("round", "trials", "best_trial", "best_run_id", "best_metrics", "wall_s"),
+    ),
+    Command(
+        "eval",
+        "evaluate an adapter (default: the last trained) on gold",
+        _eval_args,
+        run_eval,
+        ("target", "accuracy", "correct", "total", "per_category", "results_path"),
+    ),
+]
