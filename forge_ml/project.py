@@ -164,3 +164,19 @@ def patch_config(config_file: Path, patches: dict[str, Any]) -> None:
     out = io.StringIO()
     yaml.dump(data, out)
     atomic_write_text(config_file, out.getvalue())
+
+
+def load_project_function(path: Path, name: str, signature: str) -> Any:
+    """Import the project's own Python file `path` and return its function `name` (InputError naming the file)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"forge_project_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise InputError(f"{path}: failed to import ({type(exc).__name__}: {exc})") from exc
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise InputError(f"{path}: defines no function {signature}")
+    return fn

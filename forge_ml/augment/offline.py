@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from pathlib import Path
 from typing import Any
 
 from forge_ml.errors import InputError
+from forge_ml.project import load_project_function
 
 log = logging.getLogger(__name__)
 GENERATOR_FILE = "generator.py"
@@ -18,16 +18,7 @@ def load_generator(project_root: Path) -> Any | None:
     path = project_root / GENERATOR_FILE
     if not path.is_file():
         return None
-    spec = importlib.util.spec_from_file_location("forge_project_generator", path)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        raise InputError(f"{path}: failed to import ({type(exc).__name__}: {exc})") from exc
-    generate = getattr(module, "generate", None)
-    if not callable(generate):
-        raise InputError(f"{path}: defines no function generate(n, *, seed, focus) -> list[dict]")
-    return generate
+    return load_project_function(path, "generate", "generate(n, *, seed, focus) -> list[dict]")
 
 
 def generate_offline(generate: Any, path: Path, n: int, *, seed: int, focus: list[str]) -> list[Any]:

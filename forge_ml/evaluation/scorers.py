@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from collections.abc import Callable
@@ -11,6 +10,7 @@ from typing import Any
 
 from forge_ml.config import EvalConfig
 from forge_ml.errors import InputError, RuntimeFault
+from forge_ml.project import load_project_function
 
 Scorer = Callable[[str, str], float]
 
@@ -58,15 +58,7 @@ def load_custom_scorer(path: Path) -> Scorer:
         raise InputError(
             f"{path}: eval.scorer=custom needs this file defining score(expected, actual) -> float"
         )
-    spec = importlib.util.spec_from_file_location("forge_project_scorer", path)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        raise InputError(f"{path}: failed to import ({type(exc).__name__}: {exc})") from exc
-    fn = getattr(module, "score", None)
-    if not callable(fn):
-        raise InputError(f"{path}: defines no function score(expected, actual) -> float")
+    fn = load_project_function(path, "score", "score(expected, actual) -> float")
 
     def score(expected: str, actual: str) -> float:
         try:
