@@ -164,3 +164,120 @@ def quoted(name: str, value: Any) -> str:
     body = value if isinstance(value, str) else json.dumps(value, indent=1, ensure_ascii=False)
     body = json.dumps(body, ensure_ascii=False) if isinstance(value, str) else body
     return f'<data name="{name}">\n{body}\n</data>'
+
+
+# --- Message Batches: the same forced-tool requests at half the price, answered within 24 hours ---
+
+BATCH_PRICE_FACTOR = 0.5  # a Message Batch costs half the standard price of its requests
+BATCH_FIRST_POLL_S = 0.5
+BATCH_MAX_POLL_S = 60.0
+
+
+class BatchNotEnded(ClaudeRequestFailed):
+    """A Message Batch was still processing when the caller's wait ran out."""
+
+
+@dataclass
+class BatchResults:
+    """What came back from one Message Batch, by `custom_id`."""
+
+    batch_id: str
+    calls: dict[str, ToolCall] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # custom_id -> why it has no call
+
+
+def batch_cost_usd(usage: Usage, planner: PlannerConfig) -> float:
+    """The cost of tokens used through the Message Batches API."""
+    return usage.cost_usd(planner) * BATCH_PRICE_FACTOR
+
+
+def submit_tool_batch(
+    client: Any,
+    planner: PlannerConfig,
+    requests: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]],
+    *,
+    tool: dict[str, Any],
+) -> str:
+    """Create a Message Batch of forced-`tool` requests (`custom_id -> (system, messages)`); return its id."""
+    import anthropic
+
+    items = [
+        {
+            "custom_id": custom_id,
+            "params": {
+                "model": planner.model,
+                "max_tokens": planner.max_tokens,
+                "system": system,
+                "messages": messages,
+                "tools": [tool],
+                "tool_choice": {"type": "tool", "name": tool["name"]},
+            },
+        }
+        for custom_id, (system, messages) in requests.items()
+    ]
+    try:
+        return client.messages.batches.create(requests=items).id
+    except anthropic.APIError as exc:
+        raise classify(exc) from exc
+
+
+def wait_for_batch(
+    client: Any,
+    batch_id: str,
+    *,
+    max_wait_s: float,
+    first_poll_s: float = BATCH_FIRST_POLL_S,
+    max_poll_s: float = BATCH_MAX_POLL_S,
+) -> None:
+    """Poll until the batch has ended, the pause doubling up to `max_poll_s`; never past `max_wait_s`.
+
+    Raises BatchNotEnded when the wait runs out (the batch goes on at Anthropic until it ends or
+    expires), ClaudeUnavailable/ClaudeRequestFailed when polling itself fails.
+    """
+    import time
+
+    import anthropic
+
+    deadline = time.monotonic() + max_wait_s
+    pause = first_poll_s
+    while True:
+        time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+        try:
+            batch = client.messages.batches.retrieve(batch_id)
+        except anthropic.APIError as exc:
+            raise classify(exc) from exc
+        if batch.processing_status == "ended":
+            return
+        if time.monotonic() >= deadline:
+            raise BatchNotEnded(
+                f"Message Batch {batch_id} is still {batch.processing_status} after {max_wait_s:g}s; "
+                "it goes on at Anthropic until it ends or expires (24 h)"
+            )
+        pause = min(pause * 2, max_poll_s)
+
+
+def tool_batch_results(client: Any, batch_id: str, *, tool: dict[str, Any], usage: Usage) -> BatchResults:
+    """Fetch an ended batch's results: each succeeded request's `tool` call; why the others have none."""
+    import anthropic
+
+    out = BatchResults(batch_id)
+    try:
+        for item in client.messages.batches.results(batch_id):
+            result = item.result
+            if result.type != "succeeded":
+                error = getattr(getattr(getattr(result, "error", None), "error", None), "message", None)
+                out.errors[item.custom_id] = result.type + (f": {error}" if error else "")
+                continue
+            message = result.message
+            usage.add(message.usage)
+            blocks = [b for b in message.content if b.type == "tool_use" and b.name == tool["name"]]
+            if not blocks:
+                out.errors[item.custom_id] = f"no {tool['name']} call (stop_reason {message.stop_reason})"
+                continue
+            content = [b.model_dump(exclude_none=True) for b in message.content]
+            out.calls[item.custom_id] = ToolCall(
+                tool["name"], blocks[0].input, message.stop_reason, blocks[0].id, content
+            )
+    except anthropic.APIError as exc:
+        raise classify(exc) from exc
+    return out

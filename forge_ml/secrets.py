@@ -6,7 +6,12 @@ import re
 from typing import Any
 
 REDACTED = "***redacted***"
-_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|credential|auth)", re.IGNORECASE)
+# A key names a secret when one of its words is one of these (`hf_token`, `api-key`), not when a
+# word merely contains one (`max_new_tokens`, `author`).
+_SECRET_KEY = re.compile(
+    r"(?:^|[._-])(api[_-]?key|token|secret|password|passwd|credentials?|auth|authorization)(?:[._-]|$)",
+    re.IGNORECASE,
+)
 _SECRET_VALUE = re.compile(
     r"(sk-ant-[\w-]{8,}|sk-[A-Za-z0-9_-]{16,}|hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}"
     r"|AKIA[0-9A-Z]{16}|xox[abpr]-[\w-]{10,}|://[^/\s:@]+:[^/\s@]+@)"

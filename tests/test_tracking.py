@@ -60,6 +60,7 @@ def test_params_are_the_flattened_config_with_secrets_redacted(tracker):
     assert logged["lora.r"] == "8"
     assert logged["extra.api_key"] == REDACTED and logged["extra.note"] == REDACTED
     assert logged["extra.plain"] == "fine"
+    assert logged["eval.max_new_tokens"] == "64"  # a word that merely contains "token" is no secret
 
 
 def test_redaction_helpers():

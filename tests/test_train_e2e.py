@@ -75,7 +75,7 @@ def test_multirun_leaves_one_complete_run_per_job_then_eval_and_status(small_pro
 
 @pytest.mark.slow
 def test_demo_config_learns_the_task_well_above_chance(example_project):
-    """What `make demo` runs: the full drone-router example on the tiny model (9 commands: chance ~0.11)."""
+    """`forge-ml train` on the full drone-router example (its 1138 pre-generated examples; 9 commands: chance ~0.11)."""
     result = run_cli("train", "training.threads=2", cwd=example_project.root)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((example_project.root / "output" / "eval_results.json").read_text())

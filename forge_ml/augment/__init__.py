@@ -98,7 +98,7 @@ def augment_data(
             background=_read(project.root / "BACKGROUND.md"),
             system_prompt=read_system_prompt(project, cfg.task),
             samples=existing[:: max(1, len(existing) // 8)][:8],
-            failures=failures[: cfg.planner.failures_shown],
+            failures=failures,
             usage=result.usage,
         )
         admission = admit(rows, scorer=scorer, known=known, gold=gold, meta=meta)

@@ -1,7 +1,8 @@
 """Claude writes training examples through the forced `write_examples` tool, several requests at once.
 
 The request carries BACKGROUND.md and the system prompt (cached), a few existing examples for
-the format and the latest failures, all as quoted data. Gold examples are never sent.
+the format and the gold failure counts per category, all as quoted data. Gold text (inputs,
+answers, the model's outputs on gold) is never sent to a generator.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from forge_ml.augment.validate import failure_counts
 from forge_ml.config import PlannerConfig
 from forge_ml.data.examples import Example
 from forge_ml.llm import ClaudeRequestFailed, ClaudeUnavailable, Usage, cached, call_tool, quoted
@@ -90,8 +92,8 @@ def write_examples(
             + f" (batch {index + 1} of {len(sizes)}: make them differ from other batches).\n\n"
             + "Existing examples (format reference):\n"
             + quoted("examples", shown)
-            + "\n\nInputs the model currently gets wrong (expected vs actual):\n"
-            + quoted("failures", failures)
+            + "\n\nGold failures per category (the locked gold set itself is never shown):\n"
+            + quoted("failure_counts", failure_counts(failures))
         )
         call = call_tool(
             client,

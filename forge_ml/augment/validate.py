@@ -69,3 +69,9 @@ def admit(
         known.add(key)
         result.kept.append(example)
     return result
+
+
+def failure_counts(failures: list[dict[str, Any]]) -> dict[str, int]:
+    """Gold failures per category, most first: all a generator learns of gold (never its text)."""
+    counts: Counter = Counter(str(row.get("category") or "uncategorized") for row in failures)
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))

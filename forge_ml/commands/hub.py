@@ -1,7 +1,208 @@
-"""Commands added by issue 5 (see forge_ml/commands/__init__.py for the pattern)."""
+"""`forge-ml push`: a registry version's adapter, tokenizer and model card to the Hugging Face Hub.
+
+Only this command reaches the Hub (through forge_ml/hub.py), and only after everything local
+checked out: `HF_TOKEN` set, `--repo` well formed, the version or alias known. The default repo is
+`<user of the token (whoami)>/<project name>`; when whoami is unavailable, `--repo` is required.
+"""
 
 from __future__ import annotations
 
-from forge_ml.commands import Command
+import tempfile
+from pathlib import Path
+from typing import Any
 
-COMMANDS: list[Command] = []
+from forge_ml.commands import Command, Context, overrides_argument
+from forge_ml.console import console, results
+from forge_ml.errors import EXIT_OK, InputError
+
+PUSH_KEYS = ("repo", "model", "version", "aliases", "private", "commit", "commit_url", "url", "files")
+
+
+def _push_args(p) -> None:
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--alias", help="push the version this registry alias points at (default: champion)")
+    which.add_argument("--version", dest="version_number", metavar="N", help="push registry version N")
+    p.add_argument(
+        "--repo", help="Hub repo id namespace/name (default: <user of HF_TOKEN>/<project name>, via whoami)"
+    )
+    visibility = p.add_mutually_exclusive_group()
+    visibility.add_argument(
+        "--private", dest="public", action="store_false", help="create the repo private (the default)"
+    )
+    visibility.add_argument("--public", dest="public", action="store_true", help="create the repo public")
+    p.set_defaults(public=False)
+    overrides_argument(p)
+
+
+def _card_facts(registry: Any, files: Any, repo_id: str) -> Any:
+    """Collect the card's facts: base, lineage run ids, data hashes and counts, gold, config as trained."""
+    from mlflow.exceptions import MlflowException
+
+    from forge_ml.errors import ConfigError
+    from forge_ml.hub import CardFacts, relevant_config
+    from forge_ml.registry import GoldOutcome
+
+    version = files.version
+    tags = dict(version.tags)
+    source = registry.client.get_run(version.run_id)
+    round_run_id = tags.get("forge.round_run_id")
+    runs = []
+    if round_run_id:
+        try:
+            runs.append(registry.client.get_run(round_run_id))
+        except MlflowException:  # deleted since: the card still names it
+            pass
+    data: dict[str, str] = {}
+    for run in [*runs, source]:  # the source run's figures win over its round's
+        data |= {
+            k.removeprefix("forge.data."): v for k, v in run.data.tags.items() if k.startswith("forge.data.")
+        }
+        data |= {k.removeprefix("data."): v for k, v in run.data.params.items() if k.startswith("data.")}
+    try:
+        gold = GoldOutcome.from_tags(tags)
+    except ConfigError:
+        gold = None
+    decision = tags.get("forge.gate.decision")
+    base = files.settings["base"]
+    return CardFacts(
+        repo_id=repo_id,
+        registered_model=registry.name,
+        version=str(version.version),
+        aliases=sorted(version.aliases or []),
+        base_source=base["source"],
+        base_revision=base.get("revision"),
+        base_built_locally=bool(base.get("built_locally")),
+        source_run_id=version.run_id,
+        round_run_id=round_run_id,
+        gold_accuracy=gold.accuracy if gold else None,
+        gold_per_category=gold.per_category if gold else {},
+        gold_total=gold.total if gold else None,
+        gold_hash=gold.gold_hash if gold else None,
+        data=data,
+        config=relevant_config(dict(source.data.params)),
+        system_prompt=files.settings.get("system_prompt"),
+        gate=f"{decision}: {tags.get('forge.gate.reasons', '')}" if decision else None,
+    )
+
+
+def _adapter_files(adapter_dir: Path) -> dict[str, Path]:
+    """Every file of the adapter dir (adapter weights and config, tokenizer) but PEFT's own README."""
+    from forge_ml.hub import CARD_FILE
+
+    files = {p.relative_to(adapter_dir).as_posix(): p for p in sorted(adapter_dir.rglob("*")) if p.is_file()}
+    files.pop(CARD_FILE, None)
+    return files
+
+
+def _print_push(result: Any, model: str, version: str, aliases: list[str], sizes: dict[str, int]) -> None:
+    from rich.table import Table
+
+    where = f" ({', '.join(f'@{a}' for a in aliases)})" if aliases else ""
+    visibility = "private" if result.private else "public"
+    results.print(
+        f"pushed {model} v{version}{where} to {result.repo_id} ({visibility}), commit {result.commit[:12]}",
+        soft_wrap=True,
+        highlight=False,
+    )
+    table = Table()
+    table.add_column("file")
+    table.add_column("bytes", justify="right")
+    for path in result.files:
+        table.add_row(path, str(sizes[path]))
+    results.print(table)
+    results.print(result.url, soft_wrap=True, highlight=False)
+
+
+def run_push(ctx: Context) -> int:
+    from forge_ml.hub import CARD_FILE, HubClient, check_repo_id, hub_token, model_card, repo_name
+    from forge_ml.registry import CHAMPION, Registry
+    from forge_ml.tracking import Tracker, tracking_uri
+
+    args = ctx.args
+    cfg = ctx.compose()
+    project = ctx.project()
+    token = hub_token()  # nothing reaches the Hub without it
+    repo_id = check_repo_id(args.repo) if args.repo else None
+    if (
+        tracking_uri(cfg, project) == project.default_tracking_uri
+        and not (project.root / "mlflow.db").exists()
+    ):
+        raise InputError(
+            f"{project.root / 'mlflow.db'}: nothing is registered yet; run `forge-ml flywheel` first"
+        )
+    registry = Registry.for_project(cfg, project)
+    alias = None if args.version_number else (args.alias or CHAMPION)
+    version = registry.version(args.version_number, alias=alias)
+    number, aliases = str(version.version), sorted(version.aliases or [])
+    ctx.report(model=registry.name, version=number, aliases=aliases, private=not args.public)
+    with tempfile.TemporaryDirectory(prefix="forge-push-") as tmp:
+        files = registry.download(version, Path(tmp) / "model")
+        hub = HubClient(token)
+        repo_id = repo_id or f"{hub.user()}/{repo_name(cfg.name)}"
+        ctx.report(repo=repo_id)
+        card = model_card(_card_facts(registry, files, repo_id))
+        card_path = Path(tmp) / CARD_FILE
+        card_path.write_text(card, encoding="utf-8")
+        uploads: dict[str, Path] = {**_adapter_files(files.adapter), CARD_FILE: card_path}
+        console.print(
+            f"pushing {registry.name} v{number}: {len(uploads)} files to {repo_id} on {hub.endpoint}"
+        )
+        tags = {
+            "forge.kind": "push",
+            "forge.hub.repo": repo_id,
+            "forge.version": number,
+            "forge.registered_model": registry.name,
+            "forge.source_run_id": version.run_id,
+        }
+        with Tracker(cfg, project).start_run("push", tags) as run:
+            ctx.run_id = run.run_id
+            run.log_params(
+                {
+                    "hub.repo": repo_id,
+                    "hub.endpoint": hub.endpoint,
+                    "hub.private_requested": not args.public,
+                    "registry.model": registry.name,
+                    "registry.version": number,
+                    "registry.alias": alias,
+                }
+            )
+            result = hub.push(
+                repo_id,
+                uploads,
+                private=not args.public,
+                message=f"forge-ml: {registry.name} v{number}",
+                description=f"registry version {number} of {registry.name}, source run {version.run_id}",
+            )
+            run.set_tags(
+                {
+                    "forge.hub.commit": result.commit,
+                    "forge.hub.url": result.url,
+                    "forge.hub.private": result.private,
+                }
+            )
+            run.log_artifact(card_path, "hub")
+        registry.client.set_model_version_tag(registry.name, number, "forge.hub.repo", repo_id)
+        registry.client.set_model_version_tag(registry.name, number, "forge.hub.commit", result.commit)
+        sizes = {path: local.stat().st_size for path, local in uploads.items()}
+    ctx.report(
+        private=result.private,
+        commit=result.commit,
+        commit_url=result.commit_url,
+        url=result.url,
+        files=result.files,
+    )
+    _print_push(result, registry.name, number, aliases, sizes)
+    if args.public and result.private:
+        console.print(f"note: {repo_id} already existed and stays private; change its visibility on the Hub")
+    return EXIT_OK
+
+
+COMMANDS = [
+    Command(
+        "push",
+        "upload a registry version (adapter, tokenizer, model card) to the Hugging Face Hub",
+        _push_args,
+        run_push,
+        PUSH_KEYS,
+    ),
+]

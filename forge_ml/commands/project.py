@@ -1,4 +1,4 @@
-"""Project commands: init, status, clean, ui."""
+"""Project commands: init, status, ui (`clean` is with the data commands)."""
 
 from __future__ import annotations
 
@@ -39,16 +39,6 @@ def run_status(ctx: Context) -> int:
     return EXIT_OK
 
 
-def run_clean(ctx: Context) -> int:
-    from forge_ml.jobs.clean import clean_generated
-
-    summary = clean_generated(ctx.compose())
-    ctx.report(removed=dict(summary.removed), kept=summary.kept, path=str(summary.path))
-    removed = ", ".join(f"{n} {source}" for source, n in sorted(summary.removed.items())) or "nothing"
-    results.print(f"{summary.path}: removed {removed}; {summary.kept} example(s) kept", highlight=False)
-    return EXIT_OK
-
-
 def _ui_args(p) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=5000)
@@ -78,13 +68,6 @@ COMMANDS = [
         overrides_argument,
         run_status,
         ("project", "datasets", "champion", "rounds_done", "max_rounds", "last_round", "heartbeat"),
-    ),
-    Command(
-        "clean",
-        "remove generated examples from canonical (seed and hand-written stay)",
-        overrides_argument,
-        run_clean,
-        ("removed", "kept", "path"),
     ),
     Command("ui", "start the MLflow UI on the project's tracking store", _ui_args, run_ui),
 ]

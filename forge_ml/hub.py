@@ -1,0 +1,313 @@
+"""The Hugging Face Hub: the only module that talks to it, through `huggingface_hub`.
+
+`HubClient(token).push(...)` creates the model repo (private unless asked otherwise) and commits
+the adapter, its tokenizer and a model card in one commit; `model_card(facts)` renders that card.
+The token comes from the `HF_TOKEN` environment variable only (`hub_token()`), is handed to
+`huggingface_hub` and goes nowhere else. The Hub address is `huggingface_hub`'s own: `HF_ENDPOINT`,
+else https://huggingface.co. Importing this module sends nothing: `huggingface_hub` is imported by
+the functions that make requests.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forge_ml.errors import ForgeError, InputError, RuntimeFault
+from forge_ml.secrets import redact_mapping, redact_text
+
+TOKEN_ENV = "HF_TOKEN"
+CARD_FILE = "README.md"
+# a Hub repo id: namespace/name, letters, digits, '-', '_', '.'; no '--' or '..'; at most 96 per part
+_PART = r"(?!.*(?:--|\.\.))[A-Za-z0-9](?:[\w.-]{0,94}[A-Za-z0-9])?"
+REPO_ID = re.compile(rf"^{_PART}/{_PART}$")
+
+
+class TokenRefused(InputError):
+    """The Hub answered 401/403: the token is wrong or may not write there."""
+
+
+def hub_token() -> str:
+    """Return `HF_TOKEN` from the environment; InputError (exit 1) when it is unset."""
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token:
+        raise InputError(
+            f"{TOKEN_ENV} is not set: export {TOKEN_ENV} with a Hugging Face token that can write "
+            "to the repo (https://huggingface.co/settings/tokens); nothing was sent"
+        )
+    return token
+
+
+def check_repo_id(repo_id: str) -> str:
+    """Return `repo_id` when it is a valid `namespace/name`; InputError naming it otherwise."""
+    if not REPO_ID.match(repo_id):
+        raise InputError(
+            f"--repo {repo_id!r}: expected namespace/name (letters, digits, '-', '_', '.'; "
+            "at most 96 characters each, no '--' or '..')"
+        )
+    return repo_id
+
+
+def repo_name(project_name: str) -> str:
+    """Return the project name as a valid Hub repo name (other characters become '-')."""
+    name = re.sub(r"[^A-Za-z0-9_.]+", "-", project_name)
+    name = re.sub(r"-{2,}", "-", re.sub(r"\.{2,}", ".", name)).strip("-.")[:96].strip("-.")
+    return name or "model"
+
+
+@dataclass
+class PushResult:
+    """What the Hub answered to a push."""
+
+    repo_id: str
+    url: str
+    commit: str
+    commit_url: str
+    private: bool
+    files: list[str]
+
+
+class HubClient:
+    """An authenticated `huggingface_hub.HfApi`; every failure becomes a ForgeError naming what failed."""
+
+    def __init__(self, token: str) -> None:
+        from huggingface_hub import HfApi
+
+        from forge_ml import __version__
+
+        self.api = HfApi(token=token, library_name="forge-ml", library_version=__version__)
+
+    @property
+    def endpoint(self) -> str:
+        return self.api.endpoint
+
+    def user(self) -> str:
+        """Return the name of the token's user (`/api/whoami-v2`); InputError asking for --repo when unknown."""
+        try:
+            with self._errors("reading the token's user (whoami)"):
+                name = self.api.whoami().get("name")
+        except TokenRefused:
+            raise
+        except ForgeError as exc:
+            raise InputError(f"{exc}; pass --repo namespace/name to push without it") from None
+        if not name:
+            raise InputError(f"{self.endpoint}/api/whoami-v2 named no user; pass --repo namespace/name")
+        return str(name)
+
+    def push(
+        self,
+        repo_id: str,
+        files: dict[str, Path | bytes],
+        *,
+        private: bool,
+        message: str,
+        description: str = "",
+    ) -> PushResult:
+        """Create `repo_id` when missing and commit `files` (path in repo -> local file or bytes) to main.
+
+        An existing public repo is refused while `private` is asked for: nothing private-by-default
+        ever lands in a public repo. An existing repo keeps its visibility (the result says which).
+        """
+        from huggingface_hub import CommitOperationAdd
+
+        with self._errors(f"creating {repo_id}"):
+            url = self.api.create_repo(repo_id, private=private, exist_ok=True)
+        with self._errors(f"reading {repo_id}"):
+            is_private = bool(self.api.model_info(repo_id).private)
+        if private and not is_private:
+            raise InputError(
+                f"{repo_id} already exists on {self.endpoint} and is public; nothing was uploaded. "
+                "Pass --public to push to it, or choose another --repo"
+            )
+        operations = [
+            CommitOperationAdd(path_in_repo=path, path_or_fileobj=content)
+            for path, content in sorted(files.items())
+        ]
+        with self._errors(f"uploading to {repo_id}"):
+            commit = self.api.create_commit(
+                repo_id, operations, commit_message=message, commit_description=description
+            )
+        return PushResult(repo_id, str(url), commit.oid, commit.commit_url, is_private, sorted(files))
+
+    @contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+
+        try:
+            yield
+        except OfflineModeIsEnabled:
+            raise InputError(f"HF_HUB_OFFLINE is set: unset it to push to the Hub ({doing})") from None
+        except HfHubHTTPError as exc:
+            status = exc.response.status_code if exc.response is not None else None
+            first = redact_text(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+            if status in (401, 403):
+                raise TokenRefused(
+                    f"the Hub at {self.endpoint} refused {TOKEN_ENV} while {doing} (HTTP {status}): "
+                    "use a token with write access to the repo"
+                ) from None
+            if status is not None and 400 <= status < 500 and status != 429:
+                raise InputError(f"{doing} on {self.endpoint} failed: HTTP {status} ({first})") from None
+            raise RuntimeFault(f"{doing} on {self.endpoint} failed: {first}") from None
+        except (OSError, ValueError) as exc:
+            raise RuntimeFault(f"{doing} on {self.endpoint} failed ({type(exc).__name__}: {exc})") from None
+        except Exception as exc:  # transport errors of huggingface_hub's HTTP client (httpx2): retry may help
+            if "httpx" not in type(exc).__module__:
+                raise
+            raise RuntimeFault(
+                f"the Hub at {self.endpoint} is unreachable while {doing} ({type(exc).__name__}: {exc})"
+            ) from None
+
+
+# ---- the model card ----
+
+CONFIG_GROUPS = ("model", "lora", "training", "eval")
+
+
+@dataclass
+class CardFacts:
+    """Everything a model card says about one registry version."""
+
+    repo_id: str
+    registered_model: str
+    version: str
+    aliases: list[str]
+    base_source: str
+    base_revision: str | None
+    base_built_locally: bool
+    source_run_id: str
+    round_run_id: str | None
+    gold_accuracy: float | None
+    gold_per_category: dict[str, float]
+    gold_total: int | None
+    gold_hash: str | None
+    data: dict[str, str] = field(default_factory=dict)  # dataset hashes and counts, by name
+    config: dict[str, Any] = field(default_factory=dict)  # flattened config of the relevant groups
+    system_prompt: str | None = None
+    gate: str | None = None
+
+
+def relevant_config(flat: dict[str, Any]) -> dict[str, Any]:
+    """Return the model/lora/training/eval keys of a flattened config, secrets redacted, sorted.
+
+    `model.source` (where the base loaded from, possibly a local path) is left to the card's base section.
+    """
+    keep = {k: v for k, v in flat.items() if k.split(".", 1)[0] in CONFIG_GROUPS and k != "model.source"}
+    return dict(sorted(redact_mapping(keep).items()))
+
+
+def _front_matter(facts: CardFacts) -> str:
+    import yaml
+
+    meta: dict[str, Any] = {}
+    if not facts.base_built_locally:
+        meta["base_model"] = facts.base_source
+    meta["library_name"] = "peft"
+    meta["tags"] = ["forge-ml", "lora", "peft"]
+    return yaml.safe_dump(meta, sort_keys=False, allow_unicode=True)
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: tuple[str, str], rows: list[tuple[str, str]]) -> list[str]:
+    lines = [f"| {header[0]} | {header[1]} |", "|---|---|"]
+    return lines + [f"| {_cell(a)} | {_cell(b)} |" for a, b in rows]
+
+
+def _base_lines(facts: CardFacts) -> list[str]:
+    if facts.base_built_locally:
+        return [
+            f"- base model: built locally by forge-ml (`model=tiny`, `{Path(facts.base_source).name}`); "
+            "it is not on the Hub, so this adapter loads only on that base (rebuild it from the project)",
+            "- revision: none (a local build)",
+        ]
+    return [
+        f"- base model: [{facts.base_source}](https://huggingface.co/{facts.base_source})",
+        f"- revision: `{facts.base_revision or 'main (unpinned)'}`",
+    ]
+
+
+def _usage(facts: CardFacts) -> list[str]:
+    if facts.base_built_locally:
+        return []
+    return [
+        "## Usage",
+        "",
+        "```python",
+        "from peft import AutoPeftModelForCausalLM",
+        "from transformers import AutoTokenizer",
+        "",
+        f'model = AutoPeftModelForCausalLM.from_pretrained("{facts.repo_id}")',
+        f'tokenizer = AutoTokenizer.from_pretrained("{facts.repo_id}")',
+        "```",
+        "",
+    ]
+
+
+def model_card(facts: CardFacts) -> str:
+    """Return the README.md of a pushed version: YAML front matter, then lineage, data, gold, config."""
+    name = facts.repo_id.split("/", 1)[-1]
+    aliases = ", ".join(f"@{a}" for a in facts.aliases) or "none"
+    lineage = [
+        ("registered model", f"`{facts.registered_model}`"),
+        ("registry version", f"`{facts.version}`"),
+        ("aliases", aliases),
+        ("source run", f"`{facts.source_run_id}`"),
+        (
+            "round run",
+            f"`{facts.round_run_id}`" if facts.round_run_id else "none (not from a flywheel round)",
+        ),
+    ]
+    if facts.gate:
+        lineage.append(("gate", facts.gate))
+    lines = [
+        "---",
+        _front_matter(facts).rstrip("\n"),
+        "---",
+        "",
+        f"# {name}",
+        "",
+        f"A LoRA adapter (with its tokenizer) trained and selected by forge-ml: version {facts.version} "
+        f"of the registered model `{facts.registered_model}` ({aliases}).",
+        "",
+        "## Base model",
+        "",
+        *_base_lines(facts),
+        "",
+        "## Lineage (MLflow)",
+        "",
+        *_table(("field", "value"), lineage),
+        "",
+        "## Data",
+        "",
+        *_table(("field", "value"), [(k, f"`{v}`") for k, v in sorted(facts.data.items())] or [("-", "-")]),
+        "",
+        "## Gold evaluation",
+        "",
+    ]
+    if facts.gold_accuracy is None:
+        lines += ["No gold outcome was recorded for this version.", ""]
+    else:
+        lines += [
+            f"- gold accuracy: {facts.gold_accuracy:.4f} on {facts.gold_total} examples "
+            f"(gold hash `{facts.gold_hash}`)",
+            "",
+            *_table(
+                ("category", "gold accuracy"),
+                [(c, f"{a:.4f}") for c, a in sorted(facts.gold_per_category.items())],
+            ),
+            "",
+        ]
+    config_rows = [(k, f"`{v}`") for k, v in redact_mapping(facts.config).items()] or [("-", "not recorded")]
+    lines += ["## Configuration (as trained)", "", *_table(("key", "value"), config_rows), ""]
+    if facts.system_prompt:
+        lines += ["## System prompt (used at training, evaluation and serving)", "", "```text"]
+        lines += [facts.system_prompt.strip(), "```", ""]
+    lines += _usage(facts)
+    return redact_text("\n".join(lines).rstrip("\n") + "\n")

@@ -1,0 +1,440 @@
+"""`forge-ml generate | patch | augment`: new training examples, admitted, written atomically, recorded in MLflow.
+
+Claude writes them with the forced `write_examples` tool (requests in flight at once, bounded by
+`planner.augment_concurrency`, or one Message Batch at half the price) when the planner may use
+it; otherwise the project's generator.py does. Every row passes `admit` (well-formed, accepted by
+the scorer, new, never a gold input) and carries `meta.source` = the command. The examples are
+appended to canonical.jsonl in one atomic rewrite under the project lock (refused while a flywheel
+runs), or written to `--output` (never canonical).
+One MLflow run per invocation (`forge.kind` = the command) records the dataset version after
+the change, the counts, and Claude's token usage and cost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forge_ml.augment import ATTEMPTS, _append, allocate
+from forge_ml.augment.categories import known_categories, match_categories
+from forge_ml.augment.offline import GENERATOR_FILE, generate_offline, load_generator
+from forge_ml.augment.provenance import count_metrics, log_data_version
+from forge_ml.augment.requests import (
+    Brief,
+    Written,
+    build_requests,
+    estimate_tokens,
+    send_batch,
+    send_concurrent,
+    spread,
+    system_blocks,
+)
+from forge_ml.augment.validate import admit
+from forge_ml.config import ForgeConfig
+from forge_ml.console import console
+from forge_ml.data.examples import Example, dataset_hash, read_examples
+from forge_ml.data.project_data import read_gold, read_system_prompt
+from forge_ml.errors import ConfigError, InputError, RuntimeFault
+from forge_ml.evaluation.scorers import make_scorer
+from forge_ml.fileio import atomic_write_text
+from forge_ml.flywheel_state import ProjectLock
+from forge_ml.llm import (
+    ClaudeRequestFailed,
+    ClaudeUnavailable,
+    Usage,
+    batch_cost_usd,
+    claude_available,
+    make_client,
+)
+from forge_ml.planner.history import FAILURES_FILE, read_failures
+from forge_ml.project import Project
+from forge_ml.tracking import Tracker
+
+KINDS = ("generate", "patch", "augment")  # each is also the `meta.source` of what it adds
+DEFAULT_BATCH_WAIT_S = 24 * 3600.0  # a Message Batch expires after 24 hours
+MAX_N = 100_000
+MAX_PER_REQUEST = 500
+BEYOND_N = "beyond --n"
+
+
+@dataclass(frozen=True)
+class DataJob:
+    """One invocation's arguments."""
+
+    kind: str  # generate | patch | augment
+    n: int
+    per_request: int
+    output: str | None = None  # generate --output: a file to write instead of appending to canonical
+    batch: bool = False
+    batch_wait_s: float = DEFAULT_BATCH_WAIT_S
+    dry_run: bool = False
+    description: str | None = None  # patch
+
+
+@dataclass
+class DataSummary:
+    """What a job did (or, with `dry_run`, would do and cost)."""
+
+    kind: str
+    writer: str  # claude | generator
+    requested: int
+    output: Path
+    focus: list[str]
+    batch: bool = False
+    dry_run: bool = False
+    added: int | None = None
+    dropped: dict[str, int] = field(default_factory=dict)
+    by_category: dict[str, int] = field(default_factory=dict)
+    dataset_size: int | None = None
+    dataset_hash: str | None = None
+    requests: int = 0
+    failed_requests: int = 0
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    batch_id: str | None = None
+    run_id: str | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The command's `--json` envelope keys."""
+        return {
+            "writer": self.writer,
+            "requested": self.requested,
+            "added": self.added,
+            "dropped": self.dropped,
+            "by_category": self.by_category,
+            "focus": self.focus,
+            "output": str(self.output),
+            "dataset_size": self.dataset_size,
+            "dataset_hash": self.dataset_hash,
+            "requests": self.requests,
+            "input_tokens": self.usage.input_tokens,
+            "output_tokens": self.usage.output_tokens,
+            "cost_usd": self.cost_usd,
+            "batch_id": self.batch_id,
+            "dry_run": self.dry_run,
+        }
+
+
+@dataclass
+class _Inputs:
+    """What a job reads before it writes anything."""
+
+    canonical_path: Path
+    target: Path  # where the admitted examples go
+    existing: list[Example]  # canonical
+    known: set[str]  # normalised user texts already in canonical or seed
+    gold: set[str]
+    samples: list[Example]
+    focus: list[str]
+    failures: list[dict[str, Any]]
+    generate: Any  # the project's generate(), or None when Claude writes
+    generator_path: Path
+
+
+def check_job(job: DataJob) -> None:
+    """Refuse bad arguments before anything is read or written."""
+    if job.kind not in KINDS:
+        raise InputError(f"unknown data job {job.kind!r}; expected one of {', '.join(KINDS)}")
+    if not 1 <= job.n <= MAX_N:
+        raise InputError(f"--n {job.n}: must be between 1 and {MAX_N}")
+    if not 1 <= job.per_request <= MAX_PER_REQUEST:
+        raise InputError(f"--batch-size {job.per_request}: must be between 1 and {MAX_PER_REQUEST}")
+    if job.batch_wait_s <= 0:
+        raise InputError(f"--batch-wait {job.batch_wait_s:g}: must be above 0 seconds")
+    if job.kind == "patch" and not (job.description or "").strip():
+        raise InputError(
+            "patch: the description is empty; say which examples to write, e.g. 'hover with durations'"
+        )
+
+
+def uses_claude(cfg: ForgeConfig) -> bool:
+    """Claude writes when the planner may use it: planner=claude, or auto with ANTHROPIC_API_KEY set."""
+    backend = cfg.planner.backend
+    if backend == "claude" and not claude_available():
+        raise ConfigError("planner.backend=claude needs ANTHROPIC_API_KEY in the environment")
+    return backend == "claude" or (backend == "auto" and claude_available())
+
+
+def _target(cfg: ForgeConfig, project: Project, job: DataJob, canonical: Path) -> Path:
+    if job.output is None:
+        return canonical
+    path = project.resolve(job.output)
+    if path.is_dir():
+        raise InputError(f"--output {path}: is a directory; name a .jsonl file")
+    if not path.parent.is_dir():
+        raise InputError(f"--output {path}: the directory {path.parent} does not exist")
+    protected = {"canonical": canonical, "gold": project.resolve(cfg.task.gold_path)}
+    protected["seed"] = project.resolve(cfg.task.seed_path)
+    for name, other in protected.items():
+        if path.resolve() == other.resolve():
+            raise InputError(f"--output {path}: is the project's {name} set; name another file")
+    return path
+
+
+def _failures(project: Project) -> list[dict[str, Any]]:
+    path = project.output / FAILURES_FILE
+    if not path.is_file():
+        raise InputError(f"{path}: not found; `forge-ml eval` (or train) writes the gold failures to aim at")
+    failures = read_failures(path)
+    if not failures:
+        raise InputError(f"{path}: holds no failures to aim at; use `forge-ml generate` for more data")
+    return failures
+
+
+def _focus(job: DataJob, inputs: _Inputs, categories: list[str], claude: bool) -> list[str]:
+    if job.kind == "augment":
+        counts = Counter(str(f["category"]) for f in inputs.failures if f.get("category"))
+        return [name for name, _ in counts.most_common()]
+    if job.kind == "patch" and not claude:
+        found = match_categories(job.description or "", categories)
+        if not found:
+            raise InputError(
+                f"patch: {job.description!r} names none of the project's categories "
+                f"({', '.join(categories) or 'none found in gold, seed or canonical'}); "
+                "offline, the description must name one"
+            )
+        return found
+    return []
+
+
+def prepare(cfg: ForgeConfig, project: Project, job: DataJob) -> _Inputs:
+    """Read and check everything the job needs; raise InputError/ConfigError before any write."""
+    check_job(job)
+    claude = uses_claude(cfg)
+    if job.batch and not claude:
+        raise InputError("--batch needs Claude: set ANTHROPIC_API_KEY (and a planner other than offline)")
+    generate = None
+    if not claude:
+        generate = load_generator(project.root)
+        if generate is None:
+            raise InputError(
+                f"{project.root / GENERATOR_FILE}: not found, and Claude is off (no ANTHROPIC_API_KEY, "
+                "or planner=offline); add a generator.py or set the key"
+            )
+    canonical_path = project.resolve(cfg.task.canonical_path)
+    target = _target(cfg, project, job, canonical_path)
+    existing = read_examples(canonical_path, required=False)
+    seed = read_examples(project.resolve(cfg.task.seed_path), required=False)
+    gold = read_gold(project, cfg.task)
+    failures = _failures(project) if job.kind == "augment" else []
+    inputs = _Inputs(
+        canonical_path=canonical_path,
+        target=target,
+        existing=existing,
+        known={e.key for e in existing + seed},
+        gold={e.key for e in gold},
+        samples=spread(existing + seed),
+        focus=[],
+        failures=failures,
+        generate=generate,
+        generator_path=project.root / GENERATOR_FILE,
+    )
+    inputs.focus = _focus(job, inputs, known_categories(gold, existing, seed), claude)
+    return inputs
+
+
+def _brief(cfg: ForgeConfig, job: DataJob, inputs: _Inputs) -> Brief:
+    return Brief(
+        n=job.n,
+        per_request=job.per_request,
+        focus=inputs.focus,
+        description=job.description if job.kind == "patch" else None,
+        samples=inputs.samples,
+        failures=inputs.failures,
+    )
+
+
+def _system(cfg: ForgeConfig, project: Project) -> list[dict[str, Any]]:
+    background = project.root / "BACKGROUND.md"
+    text = background.read_text(encoding="utf-8", errors="replace") if background.is_file() else ""
+    return system_blocks(text, read_system_prompt(project, cfg.task))
+
+
+def estimate(cfg: ForgeConfig, project: Project, job: DataJob, inputs: _Inputs) -> DataSummary:
+    """The dry run: how many requests, and their cost estimated from prompt length and `n`."""
+    summary = DataSummary(
+        job.kind, "generator", job.n, inputs.target, inputs.focus, batch=job.batch, dry_run=True
+    )
+    if inputs.generate is not None:
+        return summary
+    requests = build_requests(_brief(cfg, job, inputs), job.kind)
+    summary.writer, summary.requests = "claude", len(requests)
+    summary.usage.input_tokens, summary.usage.output_tokens = estimate_tokens(
+        requests, _system(cfg, project), inputs.samples
+    )
+    summary.cost_usd = (
+        batch_cost_usd(summary.usage, cfg.planner) if job.batch else summary.usage.cost_usd(cfg.planner)
+    )
+    return summary
+
+
+def _claude_rows(
+    cfg: ForgeConfig, project: Project, job: DataJob, inputs: _Inputs, summary: DataSummary, run: Any
+) -> list[Any]:
+    """The rows Claude writes; raise ConfigError when Claude can't be used, RuntimeFault when all failed."""
+    requests = build_requests(_brief(cfg, job, inputs), job.kind)
+    system = _system(cfg, project)
+    summary.requests = len(requests)
+    client = make_client(cfg.planner)
+
+    def submitted(batch_id: str) -> None:
+        summary.batch_id = batch_id
+        run.set_tags({"forge.batch_id": batch_id})
+        console.print(
+            f"Message Batch {batch_id}: {len(requests)} request(s); waiting (at most {job.batch_wait_s:g}s)"
+        )
+
+    try:
+        if job.batch:
+            written = send_batch(
+                client,
+                cfg.planner,
+                system,
+                requests,
+                summary.usage,
+                max_wait_s=job.batch_wait_s,
+                on_submit=submitted,
+            )
+        else:
+            console.print(f"write_examples: {len(requests)} request(s) to {cfg.planner.model}")
+            written = send_concurrent(client, cfg.planner, system, requests, summary.usage)
+    except ClaudeUnavailable as exc:
+        raise ConfigError(
+            f"Claude cannot be used ({exc}); check ANTHROPIC_API_KEY or pass planner=offline"
+        ) from exc
+    except ClaudeRequestFailed as exc:
+        raise RuntimeFault(f"write_examples: {exc}") from exc
+    summary.failed_requests = len(written.failed)
+    _fail_if_nothing(written, len(requests))
+    return written.rows
+
+
+def _fail_if_nothing(written: Written, total: int) -> None:
+    if written.failed and len(written.failed) == total:
+        first = next(iter(written.failed.values()))
+        raise RuntimeFault(f"write_examples: all {total} request(s) failed; the first: {first}")
+
+
+def _seed(inputs: _Inputs, kind: str, attempt: int) -> int:
+    """A generator seed that changes with canonical, so a second run does not repeat the first."""
+    text = f"{dataset_hash(inputs.existing)}:{kind}:{attempt}"
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+
+
+def _offline_examples(job: DataJob, inputs: _Inputs, admit_rows: Callable) -> tuple[list, Counter]:
+    """Admitted examples from generator.py, asking again (up to ATTEMPTS calls) to make up for drops."""
+    path = inputs.generator_path
+    kept: list[Example] = []
+    dropped: Counter = Counter()
+    for attempt in range(ATTEMPTS):
+        wanted = job.n - len(kept)
+        rows: list[Any] = []
+        for focus, n in allocate(wanted, inputs.focus, inputs.failures):
+            rows += generate_offline(
+                inputs.generate, path, n, seed=_seed(inputs, job.kind, attempt), focus=focus
+            )
+        admission = admit_rows(rows)
+        if rows and not admission.kept and admission.dropped.get("malformed", 0) == len(rows):
+            raise InputError(f"{path}: generate() returned {len(rows)} row(s), none of them an example")
+        kept += admission.kept[:wanted]
+        dropped += admission.dropped
+        if len(kept) >= job.n:
+            break
+    return kept, dropped
+
+
+def _write(job: DataJob, inputs: _Inputs, kept: list[Example]) -> list[Example]:
+    """Write the admitted examples atomically; return the dataset version now at the target."""
+    if job.output is not None:
+        text = "".join(json.dumps(e.to_record(), ensure_ascii=False) + "\n" for e in kept)
+        atomic_write_text(inputs.target, text)
+        return kept
+    if kept:
+        _append(inputs.canonical_path, kept)
+    return read_examples(inputs.canonical_path, required=False)
+
+
+def _start_tags(job: DataJob, writer: str, inputs: _Inputs) -> dict[str, Any]:
+    tags = {"forge.kind": job.kind, "forge.data.writer": writer, "forge.data.target": str(inputs.target)}
+    if job.kind == "patch":
+        tags["forge.patch.description"] = (job.description or "")[:4000]
+    if job.kind == "augment":
+        tags["forge.data.focus"] = ",".join(inputs.focus)
+    return tags
+
+
+def run_data_job(
+    cfg: ForgeConfig, job: DataJob, *, on_run: Callable[[str], None] | None = None
+) -> DataSummary:
+    """Run one generate/patch/augment job (see the module docstring); `on_run` gets the MLflow run id."""
+    project = Project(Path(cfg.project_dir))
+    inputs = prepare(cfg, project, job)
+    if job.dry_run:
+        return estimate(cfg, project, job, inputs)
+    writer = "generator" if inputs.generate is not None else "claude"
+    summary = DataSummary(job.kind, writer, job.n, inputs.target, inputs.focus, batch=job.batch)
+    scorer = make_scorer(cfg.eval, project.root)
+    meta: dict[str, Any] = {"source": job.kind}
+    if inputs.focus:
+        meta["focus"] = ",".join(inputs.focus)
+
+    def admit_rows(rows: list[Any]):
+        return admit(rows, scorer=scorer, known=inputs.known, gold=inputs.gold, meta=meta)
+
+    lock = ProjectLock(project) if job.output is None else nullcontext()  # canonical: one writer at a time
+    with lock, Tracker(cfg, project).start_run(job.kind, _start_tags(job, writer, inputs)) as run:
+        summary.run_id = run.run_id
+        if on_run is not None:
+            on_run(run.run_id)
+        run.log_params(
+            {
+                "data.requested": job.n,
+                "data.per_request": job.per_request,
+                "data.batch": job.batch,
+                "data.writer": writer,
+                "data.focus": ",".join(inputs.focus),
+                "data.output": job.output,
+            }
+        )
+        try:
+            if inputs.generate is None:
+                admission = admit_rows(_claude_rows(cfg, project, job, inputs, summary, run))
+                kept, dropped = admission.kept, admission.dropped
+            else:
+                kept, dropped = _offline_examples(job, inputs, admit_rows)
+        finally:
+            if writer == "claude":
+                _log_usage(run, cfg, job, summary)
+        if len(kept) > job.n:
+            dropped[BEYOND_N] += len(kept) - job.n
+            kept = kept[: job.n]
+        dataset = _write(job, inputs, kept)
+        summary.added, summary.dropped = len(kept), dict(dropped)
+        summary.by_category = dict(Counter(e.category or "uncategorized" for e in kept))
+        summary.dataset_size = len(dataset)
+        run.log_metrics(
+            {"data/requested": float(job.n), "data/added": float(len(kept))}
+            | {"data/dropped": float(sum(dropped.values()))}
+            | count_metrics("data/dropped", dropped)
+            | count_metrics("data/added", summary.by_category)
+        )
+        name = "canonical" if job.output is None else inputs.target.stem
+        summary.dataset_hash = log_data_version(run, cfg, name=name, examples=dataset, path=inputs.target)
+    return summary
+
+
+def _log_usage(run: Any, cfg: ForgeConfig, job: DataJob, summary: DataSummary) -> None:
+    """Claude's token usage and cost (halved for a Message Batch) as `generate/...` metrics."""
+    summary.cost_usd = (
+        batch_cost_usd(summary.usage, cfg.planner) if job.batch else summary.usage.cost_usd(cfg.planner)
+    )
+    metrics = summary.usage.metrics(cfg.planner, prefix="generate")
+    metrics["generate/cost_usd"] = summary.cost_usd
+    metrics["generate/requests_failed"] = float(summary.failed_requests)
+    run.log_metrics(metrics)
