@@ -12,7 +12,16 @@ from forge_ml.commands import all_commands
 COMMON = ["command", "success", "exit_code", "run_id", "config_hash"]
 KEYS = {
     "init": ["project"],
-    "status": ["project", "datasets", "champion", "rounds_done", "max_rounds", "last_round", "heartbeat"],
+    "status": [
+        "project",
+        "datasets",
+        "canonical_by_source",
+        "champion",
+        "rounds_done",
+        "max_rounds",
+        "last_round",
+        "heartbeat",
+    ],
     "clean": ["removed", "kept", "path"],
     "ui": [],
     "train": ["runs", "failed_jobs", "gold_accuracy", "adapter"],
@@ -42,6 +51,7 @@ def test_success_envelopes_of_init_status_and_clean(tmp_path):
     status = envelope(run_cli("-p", str(root), "--json", "status"))
     assert list(status) == [*COMMON, *KEYS["status"], "error"]
     assert status["datasets"] == {"seed": 30, "canonical": 1138, "gold": 100}
+    assert status["canonical_by_source"] == {"generate": 1138}
     assert status["champion"] is None and status["rounds_done"] == 0 and len(status["config_hash"]) == 12
 
     cleaned = envelope(run_cli("-p", str(root), "--json", "clean"))

@@ -67,7 +67,16 @@ COMMANDS = [
         "datasets, champion, rounds and latest scores",
         overrides_argument,
         run_status,
-        ("project", "datasets", "champion", "rounds_done", "max_rounds", "last_round", "heartbeat"),
+        (
+            "project",
+            "datasets",
+            "canonical_by_source",
+            "champion",
+            "rounds_done",
+            "max_rounds",
+            "last_round",
+            "heartbeat",
+        ),
     ),
     Command("ui", "start the MLflow UI on the project's tracking store", _ui_args, run_ui),
 ]

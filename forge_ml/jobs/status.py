@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from datetime import datetime
 
 from rich.table import Table
@@ -134,6 +135,8 @@ def status_summary(cfg: ForgeConfig, project: Project) -> dict:
             ("gold", cfg.task.gold_path),
         )
     }
+    canonical = read_examples(project.resolve(cfg.task.canonical_path), required=False)
+    by_source = dict(sorted(Counter(str(e.meta.get("source", "unknown")) for e in canonical).items()))
     records = [json.loads(line) for line in _lines(project.output / "experiments.jsonl")]
     heartbeat_path = project.output / "flywheel_heartbeat.json"
     champion = None
@@ -154,6 +157,7 @@ def status_summary(cfg: ForgeConfig, project: Project) -> dict:
     return {
         "project": str(project.root),
         "datasets": datasets,
+        "canonical_by_source": by_source,
         "champion": champion,
         "rounds_done": len(records),
         "max_rounds": cfg.flywheel.max_rounds,
