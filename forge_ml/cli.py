@@ -100,13 +100,20 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in QUIET_ENV.items():  # progress bars of libraries clutter the command's own output
         os.environ.setdefault(name, value)
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-    if args.json:
-        results.file = sys.stderr  # stdout carries the envelope only
     command = next(c for c in commands if c.name == args.command)
     ctx = Context(args, extra, json=args.json)
-    code, error = _run(command, ctx)
-    if args.json:
-        sys.stdout.write(json.dumps(envelope(command, ctx, code, error), default=str) + "\n")
+    if not args.json:
+        return _run(command, ctx)[0]
+    stdout = sys.stdout
+    sys.stdout = (
+        sys.stderr
+    )  # stdout carries the envelope only: tables, Hydra's job log, library prints go to stderr
+    results.file = sys.stderr
+    try:
+        code, error = _run(command, ctx)
+    finally:
+        sys.stdout = stdout
+    stdout.write(json.dumps(envelope(command, ctx, code, error), default=str) + "\n")
     return code
 
 

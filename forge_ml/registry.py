@@ -381,6 +381,24 @@ class Registry:
                 f"comparable. Re-baseline the champion on the new gold set with `{REBASELINE}`"
             )
 
+    def champion_number(self) -> str | None:
+        """The version `champion` points at, or None (read from the aliases: its tags may be incomplete)."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            number = self.client.get_registered_model(self.name).aliases.get(CHAMPION)
+        except MlflowException:
+            return None
+        return None if number is None else str(number)
+
+    def force_promote(self, number: str, tags: dict[str, str]) -> None:
+        """Record `tags` on version `number`, then make it the champion (stage Production when `stages`)."""
+        for key, value in tags.items():  # tags first: the alias never points at an undocumented version
+            self.client.set_model_version_tag(self.name, number, key, value)
+        if self.cfg.stages:
+            self._transition(number, "Production", archive_existing=True)
+        self.client.set_registered_model_alias(self.name, CHAMPION, number)
+
     def gate(self, version: Any, outcome: GoldOutcome, gate_cfg: GateConfig) -> GateDecision:
         """Decide on `version` against the champion, record the decision as tags, promote when it passes."""
         number = str(getattr(version, "version", version))

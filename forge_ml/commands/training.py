@@ -94,13 +94,62 @@ def run_tune(ctx: Context) -> int:
 
 def _eval_args(p) -> None:
     p.add_argument("--adapter", help="adapter or model directory (default: output/last_train.json)")
-    overrides_argument(p, "Hydra overrides, e.g. eval.batch_size=64")
+    p.add_argument(
+        "--judge", choices=["claude"], help="also score the answers with Claude as judge (judge/* metrics)"
+    )
+    p.add_argument(
+        "--judge-items", type=int, default=20, metavar="N", help="answers per judge request (default 20)"
+    )
+    p.add_argument("--batch", action="store_true", help="send the judge requests as one Message Batch")
+    overrides_argument(
+        p,
+        "model=<models:/NAME@ALIAS | models:/NAME/VERSION | adapter path> to evaluate, "
+        "and Hydra overrides, e.g. eval.batch_size=64",
+    )
+
+
+def _judge_options(args: Any) -> Any:
+    from forge_ml.errors import InputError
+    from forge_ml.jobs.evaluate import JudgeOptions
+
+    if args.judge is None:
+        if args.batch:
+            raise InputError("--batch sends the judge's requests: use it with --judge claude")
+        return None
+    if not 1 <= args.judge_items <= 200:
+        raise InputError(f"--judge-items {args.judge_items}: must be between 1 and 200")
+    return JudgeOptions(items=args.judge_items, batch=args.batch)
+
+
+def _print_eval(summary: Any) -> None:
+    from rich.table import Table
+
+    r, judged = summary.report, summary.judge
+    shown = summary.target + (f" (v{summary.version})" if summary.version else "")
+    title = f"{shown}: gold accuracy {r.accuracy:.3f} ({r.correct}/{r.total})"
+    if judged is not None:
+        title += (
+            f", judge accuracy {judged.report.accuracy:.3f} "
+            f"({judged.usage.requests} requests, ${judged.cost_usd:.4f})"
+        )
+    table = Table(title=title)
+    for column in ("category", "gold accuracy", "correct", "total", *(["judge accuracy"] if judged else [])):
+        table.add_column(column)
+    for name, stats in r.per_category.items():
+        judge_column = [f"{judged.report.per_category[name]['accuracy']:.3f}"] if judged else []
+        table.add_row(
+            name, f"{stats['accuracy']:.3f}", str(stats["correct"]), str(stats["total"]), *judge_column
+        )
+    results.print(table)
 
 
 def run_eval(ctx: Context) -> int:
     from forge_ml.jobs.evaluate import run_eval as evaluate
+    from forge_ml.jobs.evaluate import split_model_argument
 
-    summary = evaluate(ctx.compose(), ctx.args.adapter)
+    judge = _judge_options(ctx.args)
+    model, overrides = split_model_argument(ctx.overrides)
+    summary = evaluate(ctx.compose(overrides), ctx.args.adapter, model=model, judge=judge)
     r = summary.report
     ctx.run_id = summary.run_id
     ctx.report(
@@ -110,8 +159,10 @@ def run_eval(ctx: Context) -> int:
         total=r.total,
         per_category={k: v["accuracy"] for k, v in r.per_category.items()},
         results_path=str(summary.results_path),
+        version=summary.version,
+        judge=None if summary.judge is None else summary.judge.summary(),
     )
-    results.print(f"gold accuracy {r.accuracy:.3f} ({r.correct}/{r.total}) for {summary.target}")
+    _print_eval(summary)
     console.print(f"results: {summary.results_path}")
     return EXIT_OK
 
@@ -135,9 +186,9 @@ COMMANDS = [
     ),
     Command(
         "eval",
-        "evaluate an adapter (default: the last trained) on gold",
+        "evaluate an adapter or a registry version (default: the last trained adapter) on gold",
         _eval_args,
         run_eval,
-        ("target", "accuracy", "correct", "total", "per_category", "results_path"),
+        ("target", "accuracy", "correct", "total", "per_category", "results_path", "version", "judge"),
     ),
 ]

@@ -1,0 +1,127 @@
+"""`forge-ml promote`: run the promotion gate on a registry version by hand, or force a promotion.
+
+The gate (`Registry.gate` with `registry.gate`) compares the version's recorded gold outcome with
+the champion's, records its decision as version tags and moves `champion` when it passes. `force`
+skips the gate: the reason, the OS user and the time become version tags (`forge.force.*`), then
+`champion` moves (and the stage transitions happen when `registry.stages`). Either way the decision
+is also an MLflow run (forge.kind=promote), so there is provenance beside the version's tags.
+"""
+
+from __future__ import annotations
+
+import getpass
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from forge_ml.config import ForgeConfig
+from forge_ml.errors import InputError
+from forge_ml.project import Project
+from forge_ml.registry import CHALLENGER, GoldOutcome, Registry
+from forge_ml.tracking import Tracker
+
+
+@dataclass
+class PromoteResult:
+    model: str
+    version: str
+    decision: str  # promoted | refused | forced
+    reasons: list[str]
+    run_id: str
+    p_value: float | None = None
+    compared_to: str | None = None  # the champion before
+    champion: str | None = None  # the champion after
+    tags: dict[str, str] = field(default_factory=dict)  # version tags written by a forced promotion
+
+    @property
+    def refused(self) -> bool:
+        return self.decision == "refused"
+
+
+def os_user() -> str:
+    """The OS user running the command, as recorded with a forced promotion."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no login name and no passwd entry (some containers)
+        return "unknown"
+
+
+def run_promote(
+    cfg: ForgeConfig, *, version: int | None = None, force: bool = False, reason: str | None = None
+) -> PromoteResult:
+    """Gate version `version` (default: the `challenger`), or promote it regardless with `force`."""
+    if force and not (reason or "").strip():
+        raise InputError("--force needs --reason TEXT: say why the gate is overridden (it is recorded)")
+    if reason is not None and not force:
+        raise InputError("--reason goes with --force (a gated promotion records the gate's own reasons)")
+    project = Project(Path(cfg.project_dir))
+    registry = Registry.for_project(cfg, project)
+    found = registry.version(version, alias=None if version is not None else CHALLENGER)
+    number = str(found.version)
+    before = registry.champion_number()
+    outcome = None if force else GoldOutcome.from_tags(found.tags)
+    tags = {
+        "forge.kind": "promote",
+        "forge.promote.model": registry.name,
+        "forge.promote.version": number,
+        "forge.promote.forced": str(force).lower(),
+    }
+    with Tracker(cfg, project).start_run(f"promote-v{number}", tags) as run:
+        if force:
+            result = _forced(registry, number, reason.strip(), before, run.run_id)
+        else:
+            decision = registry.gate(found, outcome, cfg.registry.gate)
+            result = PromoteResult(
+                registry.name,
+                number,
+                "promoted" if decision.promote else "refused",
+                decision.reasons,
+                run.run_id,
+                decision.p_value,
+                decision.compared_to,
+            )
+        result.champion = registry.champion_number()
+        run.set_tags(
+            {
+                "forge.promote.decision": result.decision,
+                "forge.promote.reasons": "; ".join(result.reasons),
+                "forge.promote.p_value": result.p_value,
+                "forge.promote.compared_to": result.compared_to or "none",
+                "forge.promote.champion": result.champion or "none",
+                **result.tags,
+            }
+        )
+    return result
+
+
+def _forced(registry: Registry, number: str, reason: str, before: str | None, run_id: str) -> PromoteResult:
+    user = os_user()
+    tags = {
+        "forge.force.reason": reason,
+        "forge.force.user": user,
+        "forge.force.time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "forge.force.run_id": run_id,
+    }
+    registry.force_promote(number, tags)
+    reasons = [f"forced by {user}: {reason}"]
+    return PromoteResult(registry.name, number, "forced", reasons, run_id, compared_to=before, tags=tags)
+
+
+def describe(result: PromoteResult) -> Any:
+    """A rich renderable of the decision and its reasons."""
+    from rich.table import Table
+
+    colour = {"promoted": "green", "forced": "yellow", "refused": "red"}[result.decision]
+    table = Table(
+        title=f"{result.model} v{result.version}: [{colour}]{result.decision}[/]", show_header=False
+    )
+    table.add_column("what")
+    table.add_column("value")
+    for reason in result.reasons:
+        table.add_row("reason", reason)
+    if result.p_value is not None:
+        table.add_row("McNemar p", f"{result.p_value:.4g}")
+    table.add_row("champion before", f"v{result.compared_to}" if result.compared_to else "none")
+    table.add_row("champion now", f"v{result.champion}" if result.champion else "none")
+    return table
