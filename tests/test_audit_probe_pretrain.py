@@ -1,0 +1,499 @@
+"""audit, probe and pretrain through the CLI: rules and a fake Claude, a tiny pretrain probed before and after."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from forge_ml.data.examples import read_examples
+from forge_ml.jobs.probe import token_f1
+from forge_ml.project import init_project
+from tests.conftest import FAST, run_cli, shrink_jsonl, write_jsonl
+from tests.fake_anthropic import FakeAnthropic
+
+COMMON = ["command", "success", "exit_code", "run_id", "config_hash"]
+KEYS = {
+    "audit": [
+        "reviewer",
+        "examples",
+        "counts",
+        "findings",
+        "fixed",
+        "dropped",
+        "refused",
+        "canonical",
+        "previous_hash",
+        "dataset_hash",
+        "cost_usd",
+    ],
+    "probe": ["tag", "target", "judge", "score", "items", "pre", "post", "delta", "per_question", "cost_usd"],
+    "pretrain": [
+        "merged_dir",
+        "base_model",
+        "method",
+        "epochs",
+        "corpus_hash",
+        "files",
+        "documents",
+        "tokens",
+        "ignored",
+        "train_loss",
+    ],
+}
+SECRET = "sk-ant-api03-SENTINELaudit0000000000001"
+OFFLINE = [*FAST, "planner=offline"]
+PROBE = [
+    {"question": "What does RTL mean?", "ideal": "Return to launch."},
+    {"question": "What does loiter mean?", "ideal": "Circling a point."},
+    {"question": "What unit is altitude in?", "ideal": "Meters."},
+]
+# Short blocks and a high learning rate: the random tiny model learns the corpus in 4 short epochs.
+PRETRAIN = [*FAST, "training.batch_size=8", "training.max_seq_length=64", "training.learning_rate=1e-2"]
+
+
+def envelope(result, command: str) -> dict:
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1, result.stdout + result.stderr[-3000:]
+    data = json.loads(lines[0])
+    assert list(data) == [*COMMON, *KEYS[command], "error"]
+    return data
+
+
+def cli(root: Path, *args: str, env: dict | None = None) -> tuple[object, dict]:
+    result = run_cli("-p", str(root), "--json", *args, env=env)
+    return result, envelope(result, args[0])
+
+
+def client_of(root: Path) -> tuple[MlflowClient, str | None]:
+    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name(root.name)
+    return client, experiment.experiment_id if experiment else None
+
+
+def runs_of(root: Path, kind: str) -> list:
+    client, exp = client_of(root)
+    if exp is None:
+        return []
+    return client.search_runs([exp], filter_string=f"tags.`forge.kind` = '{kind}'", max_results=100)
+
+
+def record(user: str, assistant: str, category: str = "x") -> dict:
+    return {
+        "messages": [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}],
+        "meta": {"category": category, "source": "seed"},
+    }
+
+
+def answer(cmd: str, **args) -> str:
+    return json.dumps({"cmd": cmd, "args": args})
+
+
+def test_every_command_declares_its_pinned_keys():
+    from forge_ml.commands import all_commands
+
+    declared = {c.name: list(c.keys) for c in all_commands()}
+    assert {name: declared[name] for name in KEYS} == KEYS
+
+
+def test_token_f1_figures():
+    assert token_f1("Return to launch.", "return to LAUNCH") == 1.0
+    assert token_f1("the drone flies home", "the drone") == pytest.approx(2 * 1.0 * 0.5 / 1.5)
+    assert token_f1("Meters.", "feet") == 0.0
+    assert token_f1("Meters.", "") == 0.0
+
+
+# ---- audit --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def audit_project(small_project):
+    """canonical: 0-1 fine, 2 duplicates 0, 3 conflicts with 1, 4 is a gold input, 5 fails the json_cmd parse."""
+    gold_user = read_examples(small_project.root / "dataset" / "gold.jsonl")[0].user
+    rows = [
+        record("climb five meters", answer("ascend", meters=5), "ascend"),
+        record("land now", answer("land"), "land"),
+        record("Climb five meters!", answer("ascend", meters=5), "ascend"),
+        record("land now", answer("rtl"), "rtl"),
+        record(gold_user, answer("hover", duration_s=0), "hover"),
+        record("hold still for 10 s", "hover for ten seconds", "hover"),
+        record("go home", answer("rtl"), "rtl"),
+    ]
+    write_jsonl(small_project.root / "dataset" / "canonical.jsonl", rows)
+    return small_project
+
+
+def test_offline_audit_finds_format_duplicates_conflicts_and_gold_overlap(audit_project):
+    root = audit_project.root
+    canonical = root / "dataset" / "canonical.jsonl"
+    before = canonical.read_bytes()
+    result, data = cli(root, "audit", "planner=offline")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert data["reviewer"] == "rules" and data["examples"] == 7 and data["cost_usd"] is None
+    found = {(f["index"], f["check"], f["severity"]) for f in data["findings"]}
+    assert found == {
+        (2, "duplicate", "warning"),
+        (3, "conflict", "error"),
+        (4, "gold_overlap", "error"),
+        (5, "format", "error"),
+    }
+    assert data["counts"] == {"error": 3, "warning": 1, "info": 0}
+    assert data["fixed"] == [] and data["dropped"] == [] and canonical.read_bytes() == before
+    assert "example 0" in next(f["issue"] for f in data["findings"] if f["index"] == 2)
+    assert "eval.scorer=json_cmd" in next(f["issue"] for f in data["findings"] if f["index"] == 5)
+    assert "hover for ten seconds" not in result.stdout  # --json: people-facing output on stderr
+    assert "duplicate of example 0" in result.stderr
+
+    (run,) = runs_of(root, "audit")
+    assert run.info.status == "FINISHED" and run.info.run_id == data["run_id"]
+    m = run.data.metrics
+    assert (m["audit/findings/error"], m["audit/findings/warning"], m["audit/examples"]) == (3, 1, 7)
+    assert run.data.tags["forge.audit.reviewer"] == "rules"
+
+    result, data = cli(root, "audit", "--min-severity", "error", "planner=offline")
+    assert {f["index"] for f in data["findings"]} == {3, 4, 5}  # the duplicate's warning is not shown
+    assert data["counts"] == {"error": 3, "warning": 1, "info": 0}
+
+    result, data = cli(root, "audit", "--fix", "planner=offline")  # gold input still in: nothing written
+    assert result.returncode == 1 and data["error"]["class"] == "InputError"
+    assert str(canonical) in data["error"]["message"] and "gold" in data["error"]["message"]
+    assert canonical.read_bytes() == before and data["dropped"] == []
+    assert [p.name for p in canonical.parent.iterdir() if p.name.startswith(".")] == []
+
+
+def test_offline_fix_drops_exact_duplicates_and_logs_the_previous_file(audit_project):
+    root = audit_project.root
+    canonical = root / "dataset" / "canonical.jsonl"
+    lines = canonical.read_text().splitlines()
+    del lines[4]  # the gold input
+    canonical.write_text("\n".join(lines) + "\n")
+    before = canonical.read_bytes()
+
+    result, data = cli(root, "audit", "--fix", "planner=offline")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "offline, --fix can only drop exact duplicates" in result.stderr
+    assert data["dropped"] == [2] and data["fixed"] == [] and data["refused"] == []
+    after = read_examples(canonical)
+    assert [e.user for e in after] == [
+        "climb five meters",
+        "land now",
+        "land now",
+        "hold still for 10 s",
+        "go home",
+    ]
+    assert data["previous_hash"] != data["dataset_hash"]
+
+    client, _ = client_of(root)
+    run = client.get_run(data["run_id"])
+    assert run.data.tags["forge.kind"] == "audit" and run.data.metrics["audit/dropped"] == 1
+    assert run.data.tags["forge.audit.previous_hash"] == data["previous_hash"]
+    previous = Path(client.download_artifacts(run.info.run_id, "dataset/previous/canonical.jsonl"))
+    assert previous.read_bytes() == before
+    (dataset,) = run.inputs.dataset_inputs
+    assert dataset.tags[0].value == "previous" and dataset.dataset.digest == data["previous_hash"][:36]
+
+
+def _examples_in(body: dict) -> list[dict]:
+    text = body["messages"][0]["content"]
+    return json.loads(text.split('<data name="examples">\n', 1)[1].split("\n</data>", 1)[0])
+
+
+def _review(body: dict) -> dict:
+    """A fixed review per example index: 0 a new answer, 1 new turns, 3 a fix breaking the format, 5 info."""
+    reviews = {
+        0: {
+            "severity": "error",
+            "issue": "5 m is a descent here",
+            "suggested_fix": answer("descend", meters=5),
+        },
+        1: {
+            "severity": "warning",
+            "issue": "ambiguous",
+            "suggested_fix": {"user": "land right now", "assistant": answer("land")},
+        },
+        3: {"severity": "error", "issue": "should be rtl", "suggested_fix": "return to launch please"},
+        5: {"severity": "info", "issue": "short input", "suggested_fix": None},
+    }
+    rows = [{"index": e["index"], **reviews[e["index"]]} for e in _examples_in(body) if e["index"] in reviews]
+    return {"reviews": rows}
+
+
+def test_claude_audit_reviews_in_batches_and_fixes_what_passes_validation(audit_project):
+    root = audit_project.root
+    canonical = root / "dataset" / "canonical.jsonl"
+    lines = canonical.read_text().splitlines()
+    del lines[4]  # no gold input: the fixes can be written
+    canonical.write_text("\n".join(lines) + "\n")
+    before = canonical.read_bytes()
+    with FakeAnthropic() as fake:
+        fake.on_tool("review_examples", _review)
+        env = {"ANTHROPIC_API_KEY": SECRET, "ANTHROPIC_BASE_URL": fake.base_url}
+        result, shown = cli(root, "audit", "--batch-size", "2", *FAST, env=env)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert fake.count("/v1/messages") == 3  # 6 examples, 2 per request
+        bodies = [r.body for r in fake.requests]
+        assert all(b["tool_choice"] == {"type": "tool", "name": "review_examples"} for b in bodies)
+        assert sorted(e["index"] for b in bodies for e in _examples_in(b)) == list(range(6))
+        assert canonical.read_bytes() == before
+
+        result, data = cli(root, "audit", "--fix", "--min-severity", "warning", "--batch-size", "4", env=env)
+        assert result.returncode == 0, result.stderr[-3000:]
+
+    assert shown["reviewer"] == "claude" and shown["counts"] == {"error": 4, "warning": 2, "info": 1}
+    assert any(f["check"] == "claude" and f["severity"] == "info" for f in shown["findings"])
+    assert not any(f["severity"] == "info" for f in data["findings"])  # --min-severity warning
+    assert data["fixed"] == [0, 1] and data["dropped"] == [2]
+    refused = {r["index"]: r["reason"] for r in data["refused"]}
+    assert list(refused) == [3] and "scorer's parse" in refused[3]
+    after = read_examples(canonical)
+    assert [(e.user, e.assistant) for e in after[:2]] == [
+        ("climb five meters", answer("descend", meters=5)),
+        ("land right now", answer("land")),
+    ]
+    assert after[0].meta["audit_fixed"] is True and after[0].meta["source"] == "seed"
+    assert (
+        after[2].assistant == answer("rtl") and len(after) == 5
+    )  # the refused fix left the answer as it was
+    assert data["cost_usd"] > 0
+
+    client, _ = client_of(root)
+    run = client.get_run(data["run_id"])
+    assert run.data.metrics["audit/requests"] == 2 and run.data.metrics["audit/fixed"] == 2
+    assert run.data.metrics["audit/fix_refused"] == 1 and run.data.metrics["audit/cost_usd"] > 0
+    previous = Path(client.download_artifacts(run.info.run_id, "dataset/previous/canonical.jsonl"))
+    assert previous.read_bytes() == before
+    everything = json.dumps([run.data.params, run.data.tags, shown, data]) + result.stderr
+    assert SECRET not in everything
+
+
+# ---- pretrain and probe -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """A small project with a probe, a corpus that teaches its answers, and one pretrain (4 epochs)."""
+    root = tmp_path_factory.mktemp("pretrain") / "small"
+    project = init_project(root, example="drone-router")
+    shrink_jsonl(root / "dataset" / "canonical.jsonl", 240)
+    shrink_jsonl(root / "dataset" / "gold.jsonl", 27)
+    (root / "system_prompt.md").write_text("Answer the question.\n")
+    write_jsonl(root / "dataset" / "probe.jsonl", PROBE)
+    corpus = root / "dataset" / "corpus"
+    (corpus / "notes").mkdir(parents=True)
+    chats = [
+        "<|im_start|>system\nAnswer the question.<|im_end|>\n"
+        f"<|im_start|>user\n{p['question']}<|im_end|>\n<|im_start|>assistant\n{p['ideal']}<|im_end|>\n"
+        for p in PROBE
+    ]
+    write_jsonl(corpus / "chats.jsonl", [{"text": c} for c in chats * 30])
+    (corpus / "notes" / "rtl.md").write_text("# RTL\nReturn to launch flies the drone home.\n")
+    (corpus / "table.csv").write_text("a,b\n1,2\n")
+    result, data = cli(root, "pretrain", "--epochs", "4", *PRETRAIN)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return project, result, data
+
+
+def test_pretrain_merges_a_loadable_model_and_records_the_run(pretrained):
+    from hydra.core.global_hydra import GlobalHydra
+    from transformers import AutoModelForCausalLM
+
+    from forge_ml.compose import compose_config
+    from forge_ml.models.loader import load_base_model, load_tokenizer, resolve_base
+
+    project, result, data = pretrained
+    root = project.root
+    merged = root / "output" / "pretrain_merged"
+    assert data["merged_dir"] == str(merged) and data["method"] == "lora" and data["epochs"] == 4
+    assert (data["files"], data["documents"]) == (2, 91)
+    assert data["ignored"] == [str(root / "dataset" / "corpus" / "table.csv")]
+    assert "table.csv: ignored" in result.stderr.replace("\n", "")
+    assert "forge-ml train model.name_or_path=output/pretrain_merged" in result.stderr.replace("\n", "")
+    losses = data["train_loss"]
+    assert len(losses) == 4 and losses[-1] < losses[0] / 2
+    leftovers = [p.name for p in (root / "output").iterdir() if p.name.startswith(".pretrain_merged")]
+    assert leftovers == [] and not list((root / "output").glob("tmp/pretrain-*"))
+
+    model = AutoModelForCausalLM.from_pretrained(merged)
+    assert not any("lora" in name for name in model.state_dict())  # merged: plain weights, no adapter
+    assert (merged / "tokenizer.json").is_file()
+
+    (run,) = runs_of(root, "pretrain")
+    assert run.info.run_id == data["run_id"] and run.info.status == "FINISHED"
+    assert run.data.tags["forge.corpus_hash"] == data["corpus_hash"]
+    assert run.data.tags["forge.pretrain.merged_dir"] == str(merged)
+    client, _ = client_of(root)
+    history = client.get_metric_history(run.info.run_id, "train/loss")
+    assert [(h.step, round(h.value, 5)) for h in history] == [
+        (i + 1, round(v, 5)) for i, v in enumerate(losses)
+    ]
+    (dataset,) = run.inputs.dataset_inputs
+    assert dataset.dataset.digest == data["corpus_hash"][:36] and dataset.tags[0].value == "pretraining"
+
+    GlobalHydra.instance().clear()  # the project's own config takes the merged model as its base
+    cfg = compose_config(project, [*FAST, "model.name_or_path=output/pretrain_merged"])
+    GlobalHydra.instance().clear()
+    ref = resolve_base(cfg, project, [])
+    assert ref.source == str(merged) and not ref.built_locally
+    assert "<|im_start|>" in load_tokenizer(ref, cfg.model, project).chat_template
+    loaded = load_base_model(ref, cfg)
+    name = "model.embed_tokens.weight"
+    assert loaded.state_dict()[name].equal(model.state_dict()[name])
+
+
+def test_probe_pre_post_and_compare_offline(pretrained):
+    project, _, pretrain = pretrained
+    root = project.root
+    result, pre = cli(root, "probe", "--tag", "pre", *OFFLINE)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert pre["judge"] == "token_f1" and pre["target"].startswith("base model ")
+    result, post = cli(root, "probe", "--tag", "post", "--model", "output/pretrain_merged", *OFFLINE)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert post["target"] == pretrain["merged_dir"]
+    for data in (pre, post):
+        assert [i["question"] for i in data["items"]] == [p["question"] for p in PROBE]
+        for item, probe in zip(data["items"], PROBE):
+            assert item["score"] == token_f1(probe["ideal"], item["answer"])
+        assert data["score"] == pytest.approx(sum(i["score"] for i in data["items"]) / 3)
+    # The post answers come from the pretrained weights: they differ from the random base's.
+    # (How much 4 epochs on a random tiny model learn varies with the machine; the score is not asserted.)
+    assert [i["answer"] for i in post["items"]] != [i["answer"] for i in pre["items"]]
+
+    result, compared = cli(root, "probe", "--compare", *OFFLINE)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert compared["pre"]["run_id"] == pre["run_id"] and compared["post"]["run_id"] == post["run_id"]
+    assert compared["delta"] == pytest.approx(post["score"] - pre["score"])
+    rows = compared["per_question"]
+    assert [r["question"] for r in rows] == [p["question"] for p in PROBE]
+    for row, a, b in zip(rows, pre["items"], post["items"]):
+        assert (row["pre"], row["post"]) == (a["score"], b["score"])
+        assert row["delta"] == pytest.approx(b["score"] - a["score"])
+    assert "overall" in result.stderr and compared["run_id"] is None
+
+    client, _ = client_of(root)
+    run = client.get_run(post["run_id"])
+    assert run.data.tags["forge.probe_tag"] == "post" and run.data.tags["forge.kind"] == "probe"
+    assert run.data.metrics["probe/score"] == pytest.approx(post["score"])
+    assert run.data.metrics["probe/score/2"] == pytest.approx(post["items"][2]["score"])
+    items = json.loads(Path(client.download_artifacts(run.info.run_id, "probe/items.json")).read_text())
+    assert [i["answer"] for i in items] == [i["answer"] for i in post["items"]]
+
+
+def _judge(body: dict) -> dict:
+    text = body["messages"][0]["content"]
+    items = json.loads(text.split('<data name="answers">\n', 1)[1].split("\n</data>", 1)[0])
+    return {"scores": [{"index": i["index"], "score": 0.25 * (i["index"] + 1), "reason": "r"} for i in items]}
+
+
+def test_probe_with_the_claude_judge(pretrained):
+    project, _, _ = pretrained
+    with FakeAnthropic() as fake:
+        fake.on_tool("judge_answers", _judge)
+        env = {"ANTHROPIC_API_KEY": SECRET, "ANTHROPIC_BASE_URL": fake.base_url}
+        args = (
+            "probe",
+            "--tag",
+            "post",
+            "--model",
+            "output/pretrain_merged",
+            *FAST,
+            "++planner.augment_batch=2",
+        )
+        result, data = cli(project.root, *args, env=env)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert fake.count("/v1/messages") == 2  # 3 items, 2 per request
+        bodies = [r.body for r in fake.requests]
+        assert {b["tool_choice"]["name"] for b in bodies} == {"judge_answers"}
+        assert any('"reference": "Return to launch."' in b["messages"][0]["content"] for b in bodies)
+    assert data["judge"] == "claude" and [i["score"] for i in data["items"]] == [0.25, 0.5, 0.75]
+    assert [i["reason"] for i in data["items"]] == ["r", "r", "r"]
+    assert data["score"] == pytest.approx(0.5) and data["cost_usd"] > 0
+    client, _ = client_of(project.root)
+    run = client.get_run(data["run_id"])
+    assert run.data.tags["forge.probe.judge"] == "claude" and run.data.metrics["judge/requests"] == 2
+    assert run.data.metrics["judge/cost_usd"] == pytest.approx(data["cost_usd"])
+    assert SECRET not in json.dumps([run.data.params, run.data.tags, data])
+
+
+def test_probe_a_registered_version(pretrained):
+    """A zero-initialised LoRA adapter on the tiny base, registered: it answers as the base does."""
+    from hydra.core.global_hydra import GlobalHydra
+    from peft import LoraConfig, get_peft_model
+
+    from forge_ml.compose import compose_config
+    from forge_ml.jobs.pretrain import configured_base
+    from forge_ml.models.loader import load_base_model, load_tokenizer
+    from forge_ml.registry import GoldOutcome, Registry
+
+    project, _, _ = pretrained
+    root = project.root
+    GlobalHydra.instance().clear()
+    cfg = compose_config(project, OFFLINE)
+    GlobalHydra.instance().clear()
+    base = configured_base(cfg, project)
+    adapter = root / "output" / "zero-adapter"
+    model = get_peft_model(load_base_model(base, cfg), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    model.save_pretrained(adapter)
+    load_tokenizer(base, cfg.model, project).save_pretrained(adapter)
+    client, exp = client_of(root)
+    run_id = client.create_run(exp).info.run_id
+    client.set_terminated(run_id)
+    registry = Registry.for_project(cfg, project)
+    outcome = GoldOutcome(0.0, {}, "0", 0, "gold", 1)
+    version = registry.register(
+        run_id,
+        adapter_dir=adapter,
+        base=base,
+        system_prompt="Answer the question.",
+        system_role=True,
+        max_new_tokens=24,
+        outcome=outcome,
+    )
+    client.set_registered_model_alias(registry.name, "champion", version.version)
+
+    result, base_probe = cli(root, "probe", "--tag", "pre", *OFFLINE)
+    result, data = cli(root, "probe", "--tag", "post", "--model", "models:/small@champion", *OFFLINE)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert data["target"] == f"models:/small@champion (v{version.version})"
+    assert [i["answer"] for i in data["items"]] == [i["answer"] for i in base_probe["items"]]
+
+    result, data = cli(root, "probe", "--tag", "post", "--model", "models:/other/1", *OFFLINE)
+    assert result.returncode == 1 and "'small'" in data["error"]["message"]
+
+
+# ---- bad input ----------------------------------------------------------------------------------------
+
+
+def test_bad_input_exits_1_naming_the_thing_and_writes_nothing(small_project):
+    root = small_project.root
+    corpus = root / "dataset" / "corpus"
+    result, data = cli(root, "pretrain", *FAST)
+    assert result.returncode == 1 and str(corpus) in data["error"]["message"]
+    corpus.mkdir()
+    (corpus / "notes.pdf").write_bytes(b"%PDF")
+    (corpus / "empty.txt").write_text("  \n")
+    result, data = cli(root, "pretrain", *FAST)
+    assert result.returncode == 1 and f"{corpus}: the corpus is empty" in data["error"]["message"]
+    result, data = cli(root, "pretrain", "--epochs", "0")
+    assert result.returncode == 1 and "--epochs 0" in data["error"]["message"]
+
+    probe = root / "dataset" / "probe.jsonl"
+    result, data = cli(root, "probe", "--tag", "pre", *OFFLINE)
+    assert result.returncode == 1 and f"{probe}: probe file not found" in data["error"]["message"]
+    probe.write_text("\n")
+    result, data = cli(root, "probe", "--tag", "pre", *OFFLINE)
+    assert result.returncode == 1 and f"{probe}: the probe is empty" in data["error"]["message"]
+    probe.write_text('{"question": "q"}\n')
+    result, data = cli(root, "probe", "--tag", "pre", *OFFLINE)
+    assert result.returncode == 1 and f"{probe}:1: 'ideal'" in data["error"]["message"]
+    result, data = cli(root, "probe", "--compare")
+    assert result.returncode == 1 and "no finished probe run tagged 'pre'" in data["error"]["message"]
+    result, data = cli(root, "probe", "--tag", "later")
+    assert result.returncode == 1 and "--tag 'later'" in data["error"]["message"]
+
+    result, data = cli(root, "audit", "--min-severity", "fatal")
+    assert result.returncode == 1 and "--min-severity 'fatal'" in data["error"]["message"]
+
+    assert not (root / "output" / "pretrain_merged").exists()
+    assert runs_of(root, "pretrain") == [] and runs_of(root, "probe") == []
