@@ -398,7 +398,7 @@ def test_probe_with_the_claude_judge(pretrained):
             "--model",
             "output/pretrain_merged",
             *FAST,
-            "++planner.augment_batch=2",
+            "planner.augment_batch=2",
         )
         result, data = cli(project.root, *args, env=env)
         assert result.returncode == 0, result.stderr[-3000:]

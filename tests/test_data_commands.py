@@ -137,7 +137,7 @@ def test_generate_with_claude_sends_bounded_requests_and_records_usage(project):
     writer = Writer(delay_s=0.5)
     with FakeAnthropic() as fake:
         fake.on_tool("write_examples", writer)
-        args = ["generate", "--n", "40", "--batch-size", "10", "+planner.augment_concurrency=2"]
+        args = ["generate", "--n", "40", "--batch-size", "10", "planner.augment_concurrency=2"]
         result, env = cli(project, *args, env=claude_env(fake))
         bodies = [r.body for r in fake.requests]
     assert result.returncode == 0, result.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,13 +51,8 @@ def sft_trial(config: dict[str, Any], context: TrialContext) -> None:
     """Ray Tune function trainable."""
     import tempfile
 
+    import ray
     from ray import tune
-
-    from forge_ml.evaluation.evaluate import evaluate_examples
-    from forge_ml.evaluation.scorers import make_scorer
-    from forge_ml.models.adapters import peft_config_for
-    from forge_ml.models.loader import BaseModelRef, load_base_model
-    from forge_ml.training import train_sft
 
     cfg = apply_overrides(context.base_config, config)
     cfg.training.threads = max(1, int(cfg.tune.resources.cpu))
@@ -65,27 +61,79 @@ def sft_trial(config: dict[str, Any], context: TrialContext) -> None:
     crash_after = int(os.environ.get(FAULT_ENV, "0"))
     last: dict[str, float] = {}
 
+    node = {"forge/node_id": ray.get_runtime_context().get_node_id()}
+
     def report(metrics: dict[str, float], epoch: int, path: Path) -> None:
         last.update(metrics, epoch=float(epoch))
         extra = {"forge/restored": 1.0} if resume_dir is not None else {}
         tune.report(
-            {**metrics, "epoch": epoch, **extra}, checkpoint=tune.Checkpoint.from_directory(str(path))
+            {**metrics, "epoch": epoch, **extra, **node}, checkpoint=tune.Checkpoint.from_directory(str(path))
         )
         if crash_after and epoch == crash_after and resume_dir is None:
             raise RuntimeError(f"injected fault after epoch {epoch} ({FAULT_ENV})")
 
-    model = load_base_model(BaseModelRef(context.base_source, context.base_revision, True), cfg)
     with tempfile.TemporaryDirectory(prefix="forge-trial-") as scratch:
+        base = local_base(context.base_source, Path(scratch) / "base")
+        try:
+            _train_and_report(cfg, context, base, Path(scratch), report, resume_dir, last, node)
+        finally:
+            release_accelerator_memory()
+
+
+def local_base(source: str, scratch: Path) -> str:
+    """Return a local directory (or Hub id) for the base: a base the driver shared through storage is fetched."""
+    if "://" not in source:
+        return source
+    import pyarrow.fs
+
+    scratch.mkdir(parents=True, exist_ok=True)
+    pyarrow.fs.copy_files(source, str(scratch))
+    return str(scratch)
+
+
+def release_accelerator_memory() -> None:
+    """Free what a finished (or failed) trial held on the GPU before the actor takes the next trial."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _train_and_report(
+    cfg: ForgeConfig,
+    context: TrialContext,
+    base_source: str,
+    scratch: Path,
+    report: Callable[[dict[str, float], int, Path], None],
+    resume_dir: Path | None,
+    last: dict[str, float],
+    node: dict[str, str],
+) -> None:
+    """Train from `base_source` (each epoch reported through `report`), then report the final dev accuracy."""
+    import torch
+    from ray import tune
+
+    from forge_ml.evaluation.evaluate import evaluate_examples
+    from forge_ml.evaluation.scorers import make_scorer
+    from forge_ml.models.adapters import peft_config_for
+    from forge_ml.models.loader import BaseModelRef, load_base_model
+    from forge_ml.training import train_sft
+
+    try:
+        model = load_base_model(BaseModelRef(base_source, context.base_revision, True), cfg)
         outcome = train_sft(
             cfg,
             model,
             context.tokenizer,
             context.train_dataset,
             context.dev_dataset,
-            Path(scratch) / "adapter",
+            scratch / "adapter",
             peft_config=peft_config_for(cfg),
             tqdm=False,
-            scratch_dir=Path(scratch) / "checkpoints",
+            scratch_dir=scratch / "checkpoints",
             on_checkpoint=report,
             resume_from=resume_dir,
         )
@@ -108,6 +156,12 @@ def sft_trial(config: dict[str, Any], context: TrialContext) -> None:
                 "dev/accuracy": dev.accuracy,
                 "train/tokens_per_s": outcome.tokens_per_s,
                 "forge/completed": 1.0,
+                **node,
             },
             checkpoint=tune.Checkpoint.from_directory(str(outcome.output_dir)),
         )
+    except torch.cuda.OutOfMemoryError as exc:  # this trial fails alone; the round goes on
+        raise RuntimeError(
+            f"CUDA out of memory in this trial (batch_size={cfg.training.batch_size}, lora.r={cfg.lora.r}, "
+            f"max_seq_length={cfg.training.max_seq_length}): {str(exc).splitlines()[0]}"
+        ) from None

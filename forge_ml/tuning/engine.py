@@ -203,6 +203,8 @@ def run_round(
         nodes = preflight(cfg.tune, storage)
         if not is_local(base.source) and nodes == 1:
             context.base_source, context.base_revision = hub_snapshot(base.source, base.revision), None
+        elif base.built_locally and nodes > 1:  # the tiny model exists on this machine only
+            context.base_source = share_base(base.source, storage)
         name = name or next_round_name(tracker)
         searcher = make_searcher(cfg, params, warm_start or [], first_points or [])
         fit = _Fit(cfg, params, context, tracker, storage, name, searcher, track, restore_from, on_experiment)
@@ -322,7 +324,7 @@ class _Fit:
                 status = "FINISHED" if last.get("forge/completed") else "STOPPED"
             best_ckpt = None
             if status != "FAILED" and trial_result.best_checkpoints:
-                best_ckpt = trial_result.get_best_checkpoint(cfg.tune.metric, cfg.tune.mode)
+                best_ckpt = local_checkpoint(trial_result.get_best_checkpoint(cfg.tune.metric, cfg.tune.mode))
             run = callback.runs.get(trial_id)
             metrics = {
                 k: float(v)
@@ -344,6 +346,28 @@ class _Fit:
             raise RuntimeFault(f"{name}: every trial failed; see the trial runs in MLflow and {self.storage}")
         result.best = scored[0]
         return result
+
+
+def local_checkpoint(checkpoint: Any) -> Any:
+    """Return `checkpoint` on this machine's disk (one in remote storage, s3:// and the like, is downloaded)."""
+    from ray import tune
+
+    if checkpoint.filesystem.type_name == "local":
+        return checkpoint
+    return tune.Checkpoint.from_directory(checkpoint.to_directory())
+
+
+def share_base(source: str, storage: str) -> str:
+    """Copy a locally built base into the round's shared storage, so trials on other nodes can fetch it."""
+    import pyarrow.fs
+
+    target = f"{storage.rstrip('/')}/bases/{Path(source).name}"
+    if "://" not in target:
+        raise ConfigError(f"tune.storage_path: {storage} is not shared storage")
+    filesystem, path = pyarrow.fs.FileSystem.from_uri(target)
+    filesystem.create_dir(path, recursive=True)
+    pyarrow.fs.copy_files(source, path, destination_filesystem=filesystem)
+    return target
 
 
 def rank_trials(trials: list[TrialRecord], metric: str, mode: str) -> list[TrialRecord]:

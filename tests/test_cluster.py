@@ -1,0 +1,154 @@
+"""A round submitted as a Ray Job to a real two-node Ray cluster with token authentication,
+recording to a real `mlflow server` on loopback. The test stops everything it started."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import FAST, run_cli
+from mlflow import MlflowClient
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(check, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except Exception:  # not up yet
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"{what} did not come up within {timeout:.0f}s")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[dict]:
+    """An mlflow server (sqlite) and a two-node Ray cluster (head + one worker), token-protected."""
+    root = tmp_path_factory.mktemp("cluster")
+    mlflow_port, ray_port, dashboard_port = free_port(), free_port(), free_port()
+    server_uri = f"http://127.0.0.1:{mlflow_port}"
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": secrets.token_hex(16),
+        "MLFLOW_TRACKING_URI": server_uri,  # what the job's driver records to
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # forge-ml on the nodes' PATH, as in an image
+    }
+    started: list[subprocess.Popen] = []
+    ray = [str(BIN / "ray")]
+    try:
+        server = subprocess.Popen(
+            [str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
+             "--artifacts-destination", str(root / "server-artifacts"), "--serve-artifacts",
+             "--host", "127.0.0.1", "--port", str(mlflow_port), "--workers", "1"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        started.append(server)
+        subprocess.run(
+            [*ray, "start", "--head", "--port", str(ray_port), "--num-cpus", "1", "--num-gpus", "0",
+             "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard_port), "--disable-usage-stats"],
+            env=env, check=True, capture_output=True, timeout=180,
+        )  # fmt: skip
+        subprocess.run(
+            [*ray, "start", "--address", f"127.0.0.1:{ray_port}", "--num-cpus", "1", "--num-gpus", "0"],
+            env=env, check=True, capture_output=True, timeout=180,
+        )  # fmt: skip
+        wait_for(
+            lambda: urllib.request.urlopen(f"{server_uri}/health", timeout=2).status == 200, "mlflow server"
+        )
+
+        def alive_nodes() -> int:
+            out = subprocess.run(
+                [*ray, "status", "--address", f"127.0.0.1:{ray_port}"], env=env, capture_output=True
+            )
+            return out.stdout.decode().count(" node_")
+
+        wait_for(lambda: alive_nodes() >= 2, "the second Ray node")
+        yield {
+            "env": env,
+            "dashboard": f"http://127.0.0.1:{dashboard_port}",
+            "server": server_uri,
+            "root": root,
+        }
+    finally:
+        subprocess.run([*ray, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        for process in started:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+ROUND = [
+    "tune",
+    "lora.r=choice(4,8)",
+    "training.learning_rate=tag(log, interval(1e-3, 1e-2))",
+    "tune.num_samples=4",
+    "tune.max_concurrent_trials=2",
+    "tune.address=auto",
+    "tune.resources.cpu=1",
+    "tune.scheduler=fifo",
+    "tracking=server",
+    *FAST,
+]
+
+
+@pytest.mark.slow
+def test_a_local_storage_path_on_two_nodes_is_refused_before_trials_start(cluster, small_project):
+    result = run_cli(
+        "-p", str(small_project.root), "submit", "--address", cluster["dashboard"], *ROUND,
+        f"tune.storage_path={cluster['root'] / 'local-only'}", env=cluster["env"], timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "is local to this machine but the cluster has 2 nodes" in result.stderr.replace("\n", " ")
+    assert not (cluster["root"] / "local-only").exists()
+
+
+@pytest.mark.slow
+def test_a_round_as_a_ray_job_runs_on_both_nodes_and_records_to_the_server(cluster, small_project):
+    without_token = {k: v for k, v in cluster["env"].items() if k != "RAY_AUTH_TOKEN"}
+    refused = run_cli(
+        "-p", str(small_project.root), "submit", "--address", cluster["dashboard"], *ROUND, env=without_token
+    )
+    assert refused.returncode != 0  # the cluster wants its token
+
+    storage = f"file://{cluster['root'] / 'shared-storage'}"
+    result = run_cli(
+        "-p", str(small_project.root), "--json", "submit", "--address", cluster["dashboard"], *ROUND,
+        f"tune.storage_path={storage}", env=cluster["env"], timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert '"status": "SUCCEEDED"' in result.stdout
+
+    client = MlflowClient(tracking_uri=cluster["server"])
+    experiment = client.get_experiment_by_name("small")
+    runs = client.search_runs([experiment.experiment_id], max_results=100)
+    rounds = [r for r in runs if r.data.tags.get("forge.kind") == "round"]
+    trials = [r for r in runs if r.data.tags.get("forge.kind") == "trial"]
+    assert len(rounds) == 1 and rounds[0].info.status == "FINISHED"
+    assert len(trials) == 4 and all(t.info.status == "FINISHED" for t in trials)
+    assert all(t.data.tags["mlflow.parentRunId"] == rounds[0].info.run_id for t in trials)
+    assert len({t.data.tags["forge.node_id"] for t in trials}) == 2  # both nodes trained
+    best = rounds[0].data.tags["forge.best_run_id"]
+    local = Path(client.download_artifacts(best, "adapter", str(cluster["root"] / "download")))
+    assert (local / "adapter_config.json").is_file() and (local / "adapter_model.safetensors").is_file()
+    assert not (small_project.root / "mlflow.db").exists()  # nothing recorded locally
