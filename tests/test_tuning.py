@@ -11,7 +11,7 @@ from mlflow import MlflowClient
 
 from forge_ml.compose import compose_config
 from forge_ml.errors import RuntimeFault
-from forge_ml.trainables.sft import FAULT_ENV
+from forge_ml.trainables.sft import FAULT_ENV, OOM_FAULT_ENV
 from forge_ml.tuning.engine import run_round
 from tests.conftest import FAST, run_cli
 
@@ -111,6 +111,24 @@ def test_a_trial_that_crashes_once_resumes_from_its_checkpoint(small_project, mo
     assert run.data.tags["forge.restored_from_checkpoint"] == "true"
     assert [m.step for m in client.get_metric_history(run.info.run_id, "dev/loss")] == [1, 2, 3]
     assert "dev/accuracy" in run.data.metrics
+
+
+def test_a_trial_out_of_gpu_memory_fails_alone_and_the_round_goes_on(small_project, monkeypatch):
+    monkeypatch.setenv(OOM_FAULT_ENV, "8")  # the trial with lora.r=8 raises torch.cuda.OutOfMemoryError
+    cfg = compose_config(
+        small_project, [*ROUND, "tune.num_samples=2", "tune.scheduler=fifo", "tune.max_failures=0"]
+    )
+    result = run_round(cfg, {"lora.r": "choice(4,8)"}, first_points=[{"lora.r": 4}, {"lora.r": 8}])
+    assert sorted(t.status for t in result.trials) == ["FAILED", "FINISHED"]
+    assert result.best.config == {"lora.r": 4}
+    trials = {r.data.params["lora.r"]: r for r in runs_of_kind(small_project, "trial")}
+    assert (
+        trials["8"].info.status == "FAILED"
+        and "CUDA out of memory in this trial" in trials["8"].data.tags["forge.error"]
+    )
+    assert trials["4"].info.status == "FINISHED"
+    (round_run,) = runs_of_kind(small_project, "round")
+    assert round_run.info.status == "FINISHED"
 
 
 def test_a_round_whose_every_trial_fails_is_a_runtime_fault(small_project, monkeypatch):
