@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temp file in the same directory and a rename."""
+def atomic_write_text(path: Path, text: str, *, verify: Callable[[Path], None] | None = None) -> None:
+    """Write `text` to `path` through a temp file in the same directory and a rename.
+
+    `verify(temp_path)` runs on the complete temp file before the rename; raising there leaves
+    `path` untouched.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -19,6 +23,8 @@ def atomic_write_text(path: Path, text: str) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        if verify is not None:
+            verify(Path(tmp))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

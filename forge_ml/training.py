@@ -50,6 +50,33 @@ def mixed_precision(precision: str) -> tuple[bool, bool]:
     return precision == "bf16", precision == "fp16"
 
 
+def trainer_arguments(cfg: ForgeConfig, output_dir: Path, *, tqdm: bool) -> dict[str, Any]:
+    """The Hugging Face TrainingArguments every forge-ml trainer shares (SFT and pretraining)."""
+    bf16, fp16 = mixed_precision(cfg.training.precision)
+    t = cfg.training
+    return {
+        "output_dir": str(output_dir),
+        "num_train_epochs": t.epochs,
+        "max_steps": t.max_steps,
+        "learning_rate": t.learning_rate,
+        "per_device_train_batch_size": t.batch_size,
+        "gradient_accumulation_steps": t.grad_accum,
+        "warmup_steps": t.warmup_ratio,  # a float below 1 is a ratio of the total steps
+        "weight_decay": t.weight_decay,
+        "lr_scheduler_type": t.lr_scheduler,
+        "max_grad_norm": t.max_grad_norm,
+        "seed": t.seed,
+        "data_seed": t.seed,
+        "bf16": bf16,
+        "fp16": fp16,
+        "gradient_checkpointing": t.gradient_checkpointing,
+        "logging_strategy": "epoch",
+        "report_to": "none",
+        "disable_tqdm": not tqdm,
+        "dataloader_num_workers": 0,
+    }
+
+
 def sft_config(cfg: ForgeConfig, output_dir: Path, *, tqdm: bool = True, checkpoints: bool = False) -> Any:
     """Return TRL's SFTConfig for `cfg`: evaluate each epoch, report to no one.
 
@@ -58,33 +85,14 @@ def sft_config(cfg: ForgeConfig, output_dir: Path, *, tqdm: bool = True, checkpo
     """
     from trl import SFTConfig
 
-    bf16, fp16 = mixed_precision(cfg.training.precision)
     t = cfg.training
     return SFTConfig(
-        output_dir=str(output_dir),
-        num_train_epochs=t.epochs,
-        max_steps=t.max_steps,
-        learning_rate=t.learning_rate,
-        per_device_train_batch_size=t.batch_size,
+        **trainer_arguments(cfg, output_dir, tqdm=tqdm),
         per_device_eval_batch_size=max(t.batch_size, 8),
-        gradient_accumulation_steps=t.grad_accum,
-        warmup_steps=t.warmup_ratio,  # a float below 1 is a ratio of the total steps
-        weight_decay=t.weight_decay,
-        lr_scheduler_type=t.lr_scheduler,
-        max_grad_norm=t.max_grad_norm,
-        seed=t.seed,
-        data_seed=t.seed,
-        bf16=bf16,
-        fp16=fp16,
-        gradient_checkpointing=t.gradient_checkpointing,
         max_length=t.max_seq_length,
-        logging_strategy="epoch",
         eval_strategy="epoch",
         save_strategy="epoch" if checkpoints else "no",
         save_total_limit=1 if checkpoints else None,
-        report_to="none",
-        disable_tqdm=not tqdm,
-        dataloader_num_workers=0,
         remove_unused_columns=True,
     )
 

@@ -88,13 +88,9 @@ def parse_record(record: Any, where: str) -> Example:
     return Example(user=turns["user"], assistant=turns["assistant"], meta=meta, origin=where)
 
 
-def read_examples(path: Path, *, required: bool = True) -> list[Example]:
-    """Return every example in a JSONL file; a bad line raises InputError with file:line."""
-    if not path.is_file():
-        if required:
-            raise InputError(f"{path}: file not found")
-        return []
-    examples = []
+def read_jsonl(path: Path) -> list[tuple[str, Any]]:
+    """Return the decoded lines of a JSONL file as ("file:line", record); InputError names the bad line."""
+    records = []
     with path.open("rb") as fh:
         for number, raw in enumerate(fh, start=1):
             where = f"{path}:{number}"
@@ -107,11 +103,19 @@ def read_examples(path: Path, *, required: bool = True) -> list[Example]:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                records.append((where, json.loads(line)))
             except json.JSONDecodeError as exc:
                 raise InputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            examples.append(parse_record(record, where))
-    return examples
+    return records
+
+
+def read_examples(path: Path, *, required: bool = True) -> list[Example]:
+    """Return every example in a JSONL file; a bad line raises InputError with file:line."""
+    if not path.is_file():
+        if required:
+            raise InputError(f"{path}: file not found")
+        return []
+    return [parse_record(record, where) for where, record in read_jsonl(path)]
 
 
 def dataset_hash(examples: list[Example]) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import tempfile
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +30,7 @@ from forge_ml.data.examples import Example, dataset_hash, normalize_text, parse_
 from forge_ml.data.project_data import check_gold_overlap, read_gold, read_system_prompt
 from forge_ml.errors import ForgeError, InputError, RuntimeFault
 from forge_ml.evaluation.scorers import Scorer, make_scorer, parse_json
+from forge_ml.fileio import atomic_write_text
 from forge_ml.llm import ClaudeRequestFailed, ClaudeUnavailable, Usage, cached, call_tool, quoted
 from forge_ml.project import Project
 from forge_ml.tracking import Tracker
@@ -388,21 +388,15 @@ def plan_fixes(
 def _rewrite(path: Path, original: bytes, examples: list[Example]) -> None:
     """Replace `path` with `examples` atomically, after reading the new file back; refuse if `path` changed."""
     text = "".join(json.dumps(ex.to_record(), ensure_ascii=False) + "\n" for ex in examples)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        back = read_examples(Path(tmp))
+
+    def verify(tmp: Path) -> None:
+        back = read_examples(tmp)
         if [(e.user, e.assistant, e.meta) for e in back] != [(e.user, e.assistant, e.meta) for e in examples]:
             raise RuntimeFault(f"{path}: the rewritten file does not read back as written; left unchanged")
         if path.read_bytes() != original:
             raise RuntimeFault(f"{path}: changed while the audit ran; left unchanged, run the audit again")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    atomic_write_text(path, text, verify=verify)
 
 
 # ---- the audit run ------------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ temporary one and a rename, so it is either the old model, the new one, or absen
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import shutil
 import tempfile
@@ -21,7 +20,7 @@ from typing import Any
 
 from forge_ml.config import ForgeConfig
 from forge_ml.console import console
-from forge_ml.data.examples import Example
+from forge_ml.data.examples import Example, read_jsonl
 from forge_ml.errors import ConfigError, InputError
 from forge_ml.models.adapters import peft_config_for
 from forge_ml.models.loader import BaseModelRef, load_base_model, load_tokenizer, resolve_base
@@ -80,18 +79,11 @@ def _read_text(path: Path) -> str:
 
 def _jsonl_documents(path: Path, name: str) -> list[tuple[str, str]]:
     documents = []
-    for number, line in enumerate(_read_text(path).splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    for where, record in read_jsonl(path):
         if not isinstance(record, dict) or not isinstance(record.get("text"), str):
             raise InputError(f"{where}: expected an object with a string 'text' field")
         if record["text"].strip():
-            documents.append((f"{name}:{number}", record["text"]))
+            documents.append((f"{name}:{where.rsplit(':', 1)[1]}", record["text"]))
     return documents
 
 
@@ -150,33 +142,13 @@ def _training_args(cfg: ForgeConfig, output_dir: Path) -> Any:
     import torch
     from transformers import TrainingArguments
 
-    from forge_ml.training import mixed_precision
+    from forge_ml.training import trainer_arguments
 
-    bf16, fp16 = mixed_precision(cfg.training.precision)
-    t = cfg.training
     return TrainingArguments(
-        output_dir=str(output_dir),
-        num_train_epochs=t.epochs,
-        max_steps=t.max_steps,
-        learning_rate=t.learning_rate,
-        per_device_train_batch_size=t.batch_size,
-        gradient_accumulation_steps=t.grad_accum,
-        warmup_steps=t.warmup_ratio,  # a float below 1 is a ratio of the total steps
-        weight_decay=t.weight_decay,
-        lr_scheduler_type=t.lr_scheduler,
-        max_grad_norm=t.max_grad_norm,
-        seed=t.seed,
-        data_seed=t.seed,
-        bf16=bf16,
-        fp16=fp16,
-        logging_strategy="epoch",
+        **trainer_arguments(cfg, output_dir, tqdm=console.is_terminal),
         eval_strategy="no",
         save_strategy="no",
-        report_to="none",
-        disable_tqdm=not console.is_terminal,
-        dataloader_num_workers=0,
         dataloader_pin_memory=torch.cuda.is_available(),
-        **({"gradient_checkpointing": True} if t.gradient_checkpointing else {}),
     )
 
 

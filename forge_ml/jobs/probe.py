@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_ml.config import ForgeConfig
-from forge_ml.data.examples import Example
+from forge_ml.data.examples import Example, read_jsonl
 from forge_ml.errors import InputError
 from forge_ml.evaluation.report import EvalReport
 from forge_ml.models.loader import BaseModelRef
@@ -92,14 +92,7 @@ def read_probe(project: Project) -> tuple[Path, list[ProbeItem]]:
             f'{path}: probe file not found; write one {{"question": ..., "ideal": ...}} per line'
         )
     items = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    for where, record in read_jsonl(path):
         if not isinstance(record, dict):
             raise InputError(f"{where}: expected an object with 'question' and 'ideal'")
         for key in ("question", "ideal"):
