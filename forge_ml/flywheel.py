@@ -77,8 +77,10 @@ class Flywheel:
     # -- the loop -----------------------------------------------------------------------------
     def run(self, *, rebaseline: bool = False) -> FlywheelResult:
         with ProjectLock(self.project) as lock, ray_runtime(self.cfg.tune):
-            if lock.recovered_from:
-                console.print(f"recovered the lock of a stopped flywheel (pid {lock.recovered_from})")
+            if lock.recovered:
+                console.print(
+                    f"recovered the lock of a stopped flywheel (pid {lock.recovered_from or 'unknown'})"
+                )
             data = load_project_data(self.project, self.cfg.task)
             gold_hash = data.hashes["gold"]
             if rebaseline:

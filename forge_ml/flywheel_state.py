@@ -22,6 +22,7 @@ from forge_ml.project import Project
 LOCK = "flywheel.lock"
 STATE = "flywheel_state.json"
 STAGES = ("planned", "augmented", "tuned", "gated")
+HALF_WRITTEN_S = 10.0  # an empty lock file older than this was left by a killed process
 
 
 @dataclass
@@ -73,7 +74,8 @@ class ProjectLock:
 
     def __init__(self, project: Project) -> None:
         self.path = project.output / LOCK
-        self.recovered_from: int | None = None
+        self.recovered = False  # took over the lock of a process that is gone
+        self.recovered_from: int | None = None  # its pid, when the lock names one
 
     def __enter__(self) -> ProjectLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -83,8 +85,11 @@ class ProjectLock:
             except FileExistsError:
                 owner = self._owner()
                 same_host = owner.get("host") == socket.gethostname()
-                if same_host and isinstance(owner.get("pid"), int) and not _alive(owner["pid"]):
-                    self.recovered_from = owner["pid"]
+                dead = same_host and isinstance(owner.get("pid"), int) and not _alive(owner["pid"])
+                # a process killed between creating the lock and writing its pid leaves it empty
+                half_written = not owner and time.time() - self.path.stat().st_mtime > HALF_WRITTEN_S
+                if dead or half_written:
+                    self.recovered, self.recovered_from = True, owner.get("pid")
                     self.path.unlink(missing_ok=True)
                     continue
                 raise InputError(

@@ -271,6 +271,14 @@ def test_a_second_flywheel_on_the_same_project_is_refused_and_a_stale_lock_recov
     from forge_ml.flywheel_state import ProjectLock
 
     with ProjectLock(project) as taken:
-        assert taken.recovered_from == dead.pid
+        assert taken.recovered and taken.recovered_from == dead.pid
         assert json.loads(lock.read_text())["pid"] == os.getpid()
     assert not lock.exists()
+    lock.write_text("")  # killed before it wrote its pid
+    os.utime(lock, (time.time() - 60, time.time() - 60))
+    with ProjectLock(project) as taken:
+        assert (
+            taken.recovered
+            and taken.recovered_from is None
+            and json.loads(lock.read_text())["pid"] == os.getpid()
+        )
