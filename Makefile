@@ -11,7 +11,7 @@ STAMP    := $(VENV)/.forge-installed
 DEMO_DIR ?= demo-project
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-fast bench lint format clean
+.PHONY: install demo test test-fast reliability bench lint format clean
 
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(VPY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# The fault, bad-input, concurrency and secrets suite alone; rewrites docs/RELIABILITY.md from its results.
+reliability: $(STAMP)
+	$(VPY) -m pytest -m reliability --reliability-report docs/RELIABILITY.md $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(VPY) bench/train_overhead.py

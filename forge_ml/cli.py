@@ -32,10 +32,16 @@ QUIET_ENV = {
 COMMON_KEYS = ("command", "success", "exit_code", "run_id", "config_hash")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad option or command is bad input: exit 1 (argparse's own 2 means a runtime fault here)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(1, f"{self.prog}: error: {message}\n")
+
+
 def _parser(commands: list[Command]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="forge-ml", description="Self-improving fine-tuning of small models."
-    )
+    parser = _Parser(prog="forge-ml", description="Self-improving fine-tuning of small models.")
     parser.add_argument("--version", action="version", version=f"forge-ml {__version__}")
     parser.add_argument(
         "-p", "--project", help="project directory (default: the current directory or a parent)"

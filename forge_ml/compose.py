@@ -17,7 +17,7 @@ from typing import Any
 
 from forge_ml.config import ForgeConfig, validate_config
 from forge_ml.errors import ConfigError
-from forge_ml.project import CONFIG_FILE, Project
+from forge_ml.project import CONFIG_FILE, Project, read_utf8
 
 log = logging.getLogger(__name__)
 MAX_PREVALIDATED_JOBS = 64
@@ -37,8 +37,19 @@ def _composition_error(project: Project, exc: Exception) -> ConfigError:
     return ConfigError(f"{project.config_file}: cannot compose the config: {message}")
 
 
+def _yaml_error(project: Project, exc: Exception) -> ConfigError:
+    """A YAML syntax error as `file:line: not valid YAML (problem at column N)`."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None) or str(exc).splitlines()[0]
+    if mark is None:
+        return ConfigError(f"{project.config_file}: not valid YAML ({problem})")
+    where = mark.name if mark.name and not mark.name.startswith("<") else str(project.config_file)
+    return ConfigError(f"{where}:{mark.line + 1}: not valid YAML ({problem} at column {mark.column + 1})")
+
+
 def compose_config(project: Project, overrides: list[str]) -> ForgeConfig:
     """Return the validated config of `project` with command-line `overrides` applied."""
+    import yaml
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -49,6 +60,11 @@ def compose_config(project: Project, overrides: list[str]) -> ForgeConfig:
                 config_name=CONFIG_FILE.removesuffix(".yaml"),
                 overrides=[*overrides, _project_override(project)],
             )
+    except yaml.YAMLError as exc:
+        raise _yaml_error(project, exc) from None
+    except UnicodeDecodeError as exc:
+        read_utf8(project.config_file)  # raises InputError naming the line
+        raise _composition_error(project, exc) from None
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         raise _composition_error(project, exc) from None
     return validate_config(cfg)

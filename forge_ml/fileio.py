@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+TEMP_SUFFIX = ".tmp"
 
 
 def atomic_write_text(path: Path, text: str, *, verify: Callable[[Path], None] | None = None) -> None:
@@ -17,7 +20,8 @@ def atomic_write_text(path: Path, text: str, *, verify: Callable[[Path], None] |
     `path` untouched.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_orphans(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=TEMP_SUFFIX, dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
@@ -29,6 +33,43 @@ def atomic_write_text(path: Path, text: str, *, verify: Callable[[Path], None] |
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _sync_dir(path.parent)
+
+
+def _sync_dir(folder: Path) -> None:
+    """Persist the rename itself (the directory entry), so a power cut cannot undo it."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def remove_orphans(path: Path) -> list[Path]:
+    """Delete the temp files of writes to `path` whose process is gone (killed mid-write); return them."""
+    removed = []
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*{TEMP_SUFFIX}"):
+        pid = tmp.name[len(path.name) + 2 :].split(".", 1)[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def atomic_write_json(path: Path, data: Any) -> None:

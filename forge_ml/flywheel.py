@@ -13,6 +13,7 @@ import logging
 import shutil
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,11 @@ from forge_ml.compose import compose_config
 from forge_ml.config import ForgeConfig, config_to_dict
 from forge_ml.console import console, print_round
 from forge_ml.data.project_data import load_project_data
-from forge_ml.errors import RuntimeFault
+from forge_ml.errors import ConfigError, ForgeError, RuntimeFault
 from forge_ml.evaluation.report import score_outputs, write_report
 from forge_ml.evaluation.scorers import make_scorer
-from forge_ml.flywheel_state import ProjectLock, RoundState, load_state, save_state
+from forge_ml.faults import failpoint
+from forge_ml.flywheel_state import STATE, ProjectLock, RoundState, load_state, save_state
 from forge_ml.jobs.evaluate import evaluate_adapter
 from forge_ml.llm import Usage, make_client
 from forge_ml.models.loader import BaseModelRef, load_tokenizer
@@ -35,7 +37,8 @@ from forge_ml.planner.history import FAILURES_FILE, read_failures
 from forge_ml.planner.plan import ExperimentPlan
 from forge_ml.project import Project, patch_config
 from forge_ml.registry import GoldOutcome, Registry
-from forge_ml.search import parse_space
+from forge_ml.search import SearchParam, parse_space
+from forge_ml.secrets import flatten
 from forge_ml.tracking import TrackedRun, Tracker, config_params
 from forge_ml.trainables.sft import apply_overrides
 from forge_ml.tuning.engine import ADAPTER_FILES, run_round
@@ -73,10 +76,12 @@ class Flywheel:
         self.registry = Registry.for_project(self.cfg, project)
         self.planner = RoundPlanner(self.cfg, project)
         self.started = time.monotonic()
+        self._resources = ExitStack()
+        self._ray_started = False
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self, *, rebaseline: bool = False) -> FlywheelResult:
-        with ProjectLock(self.project) as lock, ray_runtime(self.cfg.tune):
+        with ProjectLock(self.project) as lock, ExitStack() as self._resources:
             if lock.recovered:
                 console.print(
                     f"recovered the lock of a stopped flywheel (pid {lock.recovered_from or 'unknown'})"
@@ -154,6 +159,11 @@ class Flywheel:
             self._record(cfg, state, run)
         except BaseException as exc:
             self._fail(state, exc)
+            if tracking_unreachable(exc):
+                raise RuntimeFault(
+                    f"round {number}: the tracking server stopped answering ({error_line(exc)}); "
+                    "the round is kept as it stands: run `forge-ml flywheel` again once it is back"
+                ) from exc
             raise
 
     def _plan(self, cfg: ForgeConfig, state: RoundState) -> None:
@@ -164,6 +174,7 @@ class Flywheel:
         if plan.forge_yaml_patches:
             patch_config(self.project.config_file, plan.forge_yaml_patches)
         journal.append_background(self.project, state.round, plan.background_additions)
+        failpoint("flywheel.plan")
         state.plan = plan.to_dict()
         state.planner = {
             "source": outcome.source,
@@ -210,6 +221,7 @@ class Flywheel:
         claude = make_client(cfg.planner) if self.planner.backend == "claude" else None
         failures = read_failures(self.project.output / FAILURES_FILE)
         result = augment_data(cfg, self.project, plan, state.round, failures=failures, claude=claude)
+        failpoint("flywheel.augment")
         data = load_project_data(self.project, cfg.task)
         run.log_metrics(result.metrics() | result.usage.metrics(cfg.planner, prefix="augment"))
         run.log_params(
@@ -234,11 +246,17 @@ class Flywheel:
     def _tune(self, cfg: ForgeConfig, state: RoundState, plan: ExperimentPlan, run: TrackedRun) -> None:
         history = read_history(cfg, self.tracker.client, self.tracker.experiment_id, self.project.output)
         params = parse_space(plan.search_space)
+        shape = checkpoint_shape(cfg, params)
+        if state.experiment_path and state.checkpoint_shape:
+            check_resumable(state, shape)
 
-        def remember(path: str) -> None:
-            state.experiment_path = path
+        def remember(path: str) -> None:  # a new Ray Tune experiment: its checkpoints have this shape
+            state.experiment_path, state.checkpoint_shape = path, shape
             save_state(self.project, state)
 
+        if not self._ray_started:  # started once, at the first round that trains; kept for the next
+            self._resources.enter_context(ray_runtime(self.cfg.tune))
+            self._ray_started = True
         result = run_round(
             cfg,
             plan.search_space,
@@ -251,6 +269,8 @@ class Flywheel:
         print_round(result, cfg.tune.metric)
         if result.restored:
             run.set_tags({"forge.restored": "true"})
+        if result.restore_problem:
+            run.set_tags({"forge.restore_failed": result.restore_problem[:4000]})
         best = result.best
         state.best = {
             "trial_id": best.trial_id,
@@ -281,6 +301,7 @@ class Flywheel:
         )
         run.log_artifact(results, "round/gold")
         run.log_artifact(failures, "round/gold")
+        failpoint("flywheel.gold_eval")
         version = self.registry.register(
             best["run_id"],
             adapter_dir=adapter_dir,
@@ -296,6 +317,7 @@ class Flywheel:
                 "forge.hypothesis": state.plan["hypothesis"][:4000],
             },
         )
+        failpoint("flywheel.register")
         decision = self.registry.gate(version, outcome, cfg.registry.gate)
         run.set_tags(
             {
@@ -365,8 +387,8 @@ class Flywheel:
             wall_s=time.time() - state.started,
             failures_by_category=dict(sorted(by_category.items(), key=lambda kv: -kv[1])),
         )
-        journal.append_record(self.project, record)
-        records = journal.read_records(self.project)
+        records = [r for r in journal.read_records(self.project) if r.get("iteration") != state.round]
+        records = [*records, asdict(record)]
         journal.write_context(self.project, records, cfg.eval.target_accuracy, cfg.flywheel.context_max_chars)
         journal.write_plan(self.project, state.round, state.plan, record.planner, record.champion_accuracy)
         plot = journal.plot_rounds(records, self.project.output / "plots" / "gold_accuracy.png")
@@ -381,6 +403,8 @@ class Flywheel:
                 self.project, f"forge iter {state.round}: {accuracy} — {record.hypothesis[:120]}"
             )
         self._kill_children(run.run_id)  # trial runs of an attempt that was not restored
+        journal.append_record(self.project, record)  # the round counts as done from here
+        failpoint("flywheel.record")
         run.finish("FINISHED")
         save_state(self.project, None)
         journal.write_heartbeat(
@@ -393,23 +417,38 @@ class Flywheel:
 
     # -- recovery -------------------------------------------------------------------------------
     def _fail(self, state: RoundState, exc: BaseException) -> None:
-        """A round that raised: its run FAILED (KILLED on Ctrl-C), and its trials start afresh next time."""
-        interrupted = isinstance(exc, KeyboardInterrupt)
+        """Record a round that raised, so the next run knows what to redo.
+
+        Ctrl-C, bad input (exit 1: fix it, run again) and a tracking server that stopped
+        answering keep the round as it stands: its run, its Ray Tune state, its stage. Any other
+        fault fails the round's run and its trials start afresh next time.
+        """
+        kept = (
+            isinstance(exc, KeyboardInterrupt)
+            or (isinstance(exc, ForgeError) and exc.exit_code == 1)
+            or tracking_unreachable(exc)
+        )
         journal.write_heartbeat(
             self.project, state.round, "error", stage=state.stage, error=f"{type(exc).__name__}: {exc}"
         )
-        if state.round_run_id:
-            run = TrackedRun(self.tracker.client, state.round_run_id)
-            run.set_tags(
-                {"forge.error": "interrupted" if interrupted else f"{type(exc).__name__}: {str(exc)[:500]}"}
-            )
-            run.finish("KILLED" if interrupted else "FAILED")
-            self._kill_children(state.round_run_id)
-            if not interrupted:  # the next run starts this round's trials in a new round run
-                state.round_run_id, state.experiment_path = None, None
-                if state.reached("tuned"):
-                    state.stage = "augmented"
-        save_state(self.project, state)
+        run_id = state.round_run_id
+        if not kept:
+            state.round_run_id, state.experiment_path, state.checkpoint_shape = None, None, {}
+            if state.reached("tuned"):
+                state.stage = "augmented"
+        save_state(self.project, state)  # the local record first: MLflow may be the thing that failed
+        if run_id is None:
+            return
+        error = (
+            "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {str(exc)[:500]}"
+        )
+        try:
+            run = TrackedRun(self.tracker.client, run_id)
+            run.set_tags({"forge.error": error})
+            run.finish("KILLED" if kept else "FAILED")
+            self._kill_children(run_id)
+        except Exception as mlflow_exc:  # the round is already recorded locally; the next run tidies up
+            log.warning("could not mark round run %s: %s", run_id, mlflow_exc)
 
     def _close_stale_runs(self, state: RoundState | None) -> None:
         """Mark the round runs (and their trial runs) a killed flywheel left RUNNING as KILLED.
@@ -458,3 +497,47 @@ class Flywheel:
             f"re-baselined champion v{version.version}: gold accuracy {old.accuracy:.3f} → {report.accuracy:.3f} "
             "on the new gold set"
         )
+
+
+# -- resuming trials ----------------------------------------------------------------------------
+# Keys that shape a trial's checkpoint (the adapter's tensors, the base under it, the optimizer
+# state and step count): a restored trial with a different value cannot load its checkpoint.
+CHECKPOINT_KEYS = ("model.", "lora.", "training.batch_size", "training.grad_accum", "training.precision")
+
+
+def checkpoint_shape(cfg: ForgeConfig, params: dict[str, SearchParam]) -> dict[str, Any]:
+    """Return the round's values of CHECKPOINT_KEYS that are not searched (trials keep their own)."""
+    flat = flatten(config_to_dict(cfg))
+    return {k: v for k, v in sorted(flat.items()) if k.startswith(CHECKPOINT_KEYS) and k not in params}
+
+
+def check_resumable(state: RoundState, shape: dict[str, Any]) -> None:
+    """Refuse to continue trials whose checkpoints were written under a different shape."""
+    old = state.checkpoint_shape
+    changed = [k for k in sorted(set(old) | set(shape)) if old.get(k) != shape.get(k)]
+    if changed:
+        details = ", ".join(f"{k}: {old.get(k)!r} → {shape.get(k)!r}" for k in changed)
+        raise ConfigError(
+            f"round {state.round}: the config changed since its trials wrote their checkpoints in "
+            f"{state.experiment_path} ({details}); they cannot be resumed with it. Put the "
+            f"value{'s' if len(changed) > 1 else ''} back to continue the round, or delete "
+            f"output/{STATE} to run round {state.round} again from its plan."
+        )
+
+
+def tracking_unreachable(exc: BaseException) -> bool:
+    """Whether `exc` (or what caused it) is an MLflow request that found no server."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        text = str(exc)
+        if "API request to" in text and any(
+            s in text for s in ("Max retries exceeded", "Connection refused", "ConnectionError", "timed out")
+        ):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def error_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__

@@ -11,12 +11,12 @@ import json
 import os
 import socket
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from forge_ml.errors import InputError
-from forge_ml.fileio import atomic_write_json
+from forge_ml.fileio import atomic_write_json, pid_alive
 from forge_ml.project import Project
 
 LOCK = "flywheel.lock"
@@ -33,6 +33,7 @@ class RoundState:
     plan: dict[str, Any] = field(default_factory=dict)
     planner: dict[str, Any] = field(default_factory=dict)  # source, fallback, reason, usage
     experiment_path: str | None = None
+    checkpoint_shape: dict[str, Any] = field(default_factory=dict)  # what its trial checkpoints need
     augment: dict[str, Any] = field(default_factory=dict)
     best: dict[str, Any] = field(default_factory=dict)  # trial_id, run_id, checkpoint, metrics
     gate: dict[str, Any] = field(default_factory=dict)  # version, promoted, reasons, gold
@@ -52,21 +53,14 @@ def load_state(project: Project) -> RoundState | None:
         raise InputError(
             f"{path}: unreadable flywheel state ({exc}); remove it to start the round again"
         ) from None
-    return RoundState(**data) if data else None
+    if not data:
+        return None
+    known = {f.name for f in fields(RoundState)}
+    return RoundState(**{k: v for k, v in data.items() if k in known})
 
 
 def save_state(project: Project, state: RoundState | None) -> None:
     atomic_write_json(project.output / STATE, {"current": asdict(state) if state else None})
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class ProjectLock:
@@ -85,7 +79,7 @@ class ProjectLock:
             except FileExistsError:
                 owner = self._owner()
                 same_host = owner.get("host") == socket.gethostname()
-                dead = same_host and isinstance(owner.get("pid"), int) and not _alive(owner["pid"])
+                dead = same_host and isinstance(owner.get("pid"), int) and not pid_alive(owner["pid"])
                 # a process killed between creating the lock and writing its pid leaves it empty
                 half_written = not owner and time.time() - self.path.stat().st_mtime > HALF_WRITTEN_S
                 if dead or half_written:

@@ -162,6 +162,8 @@ def append_background(project: Project, iteration: int, text: str) -> None:
         return
     path = project.root / BACKGROUND
     old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if f"\n## Learned in round {iteration}\n" in old:  # a resumed round planned again
+        return
     atomic_write_text(path, old.rstrip("\n") + f"\n\n## Learned in round {iteration}\n\n{text.strip()}\n")
 
 

@@ -92,9 +92,38 @@ class ClaudeRequestFailed(Exception):
 
 
 def make_client(planner: PlannerConfig) -> Any:
+    """The Anthropic client: explicit timeout and retry count, no wait longer than `max_retry_wait_s`."""
     import anthropic
 
-    return anthropic.Anthropic(timeout=planner.timeout_s, max_retries=planner.max_retries)
+    http = anthropic.DefaultHttpxClient(transport=_capped_retry_after_transport(planner.max_retry_wait_s))
+    return anthropic.Anthropic(timeout=planner.timeout_s, max_retries=planner.max_retries, http_client=http)
+
+
+def _capped_retry_after_transport(cap_s: float) -> Any:
+    """An HTTP transport that caps the `retry-after` a response asks for.
+
+    The SDK waits as long as `retry-after` says before it retries (hours, if told so); a flywheel
+    round would stall. Capped, the retries end within minutes, and then the round plans offline.
+    """
+    import httpx2
+
+    class CappedRetryAfter(httpx2.HTTPTransport):
+        def handle_request(self, request: Any) -> Any:
+            response = super().handle_request(request)
+            for header, cap in (
+                ("retry-after", cap_s),
+                ("retry-after-ms", cap_s * 1000),
+            ):
+                value = response.headers.get(header)
+                try:
+                    too_long = value is not None and float(value) > cap
+                except ValueError:  # an HTTP date: waited as the cap
+                    too_long = True
+                if too_long:
+                    response.headers[header] = f"{cap:g}"
+            return response
+
+    return CappedRetryAfter()
 
 
 def classify(exc: BaseException) -> Exception:

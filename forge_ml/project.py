@@ -42,6 +42,17 @@ class Project:
         return f"sqlite:///{self.root / 'mlflow.db'}"
 
 
+def read_utf8(path: Path) -> str:
+    """Return a text file's content; InputError naming the file and the line of the first byte not UTF-8."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise InputError(f"{path}:{line}: not valid UTF-8 ({exc.reason} at column {column})") from None
+
+
 def find_project(start: str | Path | None = None, *, explicit: bool = False) -> Project:
     """Return the project at `start` (or the nearest parent holding forge.yaml)."""
     here = Path(start or Path.cwd()).expanduser().resolve()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import time
 import warnings
@@ -14,12 +15,18 @@ from forge_ml.config import ForgeConfig, config_hash, config_to_dict
 from forge_ml.data.examples import Example
 from forge_ml.errors import RuntimeFault
 from forge_ml.project import Project
-from forge_ml.secrets import flatten, redact_mapping
+from forge_ml.secrets import flatten, redact_mapping, redact_text
 
 log = logging.getLogger(__name__)
 
 MAX_PARAM_VALUE = 6000
 BATCH = 100  # MLflow's limit of params per log_batch call
+# A server URI is asked `GET /health` before use: MLflow's own client retries a refused connection
+# for minutes. Any HTTP answer will do; only no answer at all (refused, unresolved, silent) fails.
+HEALTH_ATTEMPTS = 3
+HEALTH_TIMEOUT_S = 5.0
+_ANSWERED: set[str] = set()  # server URIs that answered in this process
+_NO_ANSWER = re.compile(r"\[Errno -?\d+\] [^\"')]+|(?:read|connect) timeout=[\d.]+")  # why, in requests' text
 
 
 def tracking_uri(cfg: ForgeConfig, project: Project) -> str:
@@ -30,12 +37,51 @@ def experiment_name(cfg: ForgeConfig) -> str:
     return cfg.tracking.experiment or cfg.name
 
 
+def _no_answer_reason(exc: Exception) -> str:
+    """The network cause inside a failed request's message, e.g. "[Errno 111] Connection refused"."""
+    found = _NO_ANSWER.search(str(exc))
+    return found[0] if found else f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def check_server(
+    uri: str, key: str = "tracking.uri", attempts: int = HEALTH_ATTEMPTS, timeout_s: float = HEALTH_TIMEOUT_S
+) -> None:
+    """Raise RuntimeFault when no server answers at an http(s) URI, set by config `key` (once per process)."""
+    if not uri.startswith(("http://", "https://")) or uri in _ANSWERED:
+        return
+    from mlflow.tracking._tracking_service.utils import get_default_host_creds
+    from mlflow.utils.rest_utils import http_request
+
+    started, reason = time.monotonic(), ""
+    for attempt in range(attempts):
+        if attempt:
+            time.sleep(0.5 * attempt)
+        try:  # MLflow's own request: its TLS and auth settings apply
+            creds = get_default_host_creds(uri)
+            http_request(creds, "/health", "GET", max_retries=0, timeout=timeout_s, raise_on_status=False)
+        except Exception as exc:
+            reason = _no_answer_reason(exc)
+            continue
+        _ANSWERED.add(uri)
+        return
+    raise RuntimeFault(
+        redact_text(
+            f"{key}={uri}: no MLflow server answers ({reason}; {attempts} attempts in "
+            f"{time.monotonic() - started:.1f}s); start it or fix {key}"
+        )
+    )
+
+
 def client_for(cfg: ForgeConfig, project: Project):
-    """Return an MlflowClient on the project's tracking (and registry) URI."""
+    """Return an MlflowClient on the project's tracking (and registry) URI; fail fast if no server answers."""
     from mlflow import MlflowClient
 
     uri = tracking_uri(cfg, project)
-    return MlflowClient(tracking_uri=uri, registry_uri=cfg.tracking.registry_uri or uri)
+    registry = cfg.tracking.registry_uri or uri
+    check_server(uri)
+    if registry != uri:
+        check_server(registry, "tracking.registry_uri")
+    return MlflowClient(tracking_uri=uri, registry_uri=registry)
 
 
 def artifact_location(cfg: ForgeConfig, project: Project) -> str | None:
@@ -166,10 +212,12 @@ class Tracker:
             self.experiment_id = ensure_experiment(
                 self.client, experiment_name(cfg), artifact_location(cfg, project)
             )
+        except RuntimeFault:
+            raise
         except Exception as exc:
             uri = tracking_uri(cfg, project)
             raise RuntimeFault(
-                f"MLflow tracking at {uri} is unavailable ({type(exc).__name__}: {exc})"
+                redact_text(f"MLflow tracking at {uri} is unavailable ({type(exc).__name__}: {exc})")
             ) from exc
 
     def start_run(self, run_name: str, tags: Mapping[str, Any] | None = None) -> TrackedRun:

@@ -12,6 +12,8 @@ import pytest
 
 from forge_ml.project import Project, init_project
 
+pytest_plugins = ["reliability"]  # the `proof` fixture and --reliability-report (tests/reliability.py)
+
 # A smaller tiny model and one short epoch: enough to exercise every stage quickly.
 FAST = [
     "model.tiny.hidden_size=64",

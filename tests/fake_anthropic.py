@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -127,12 +128,14 @@ def _payload(reply: Reply, request: dict[str, Any] | None) -> dict[str, Any] | s
 
 @dataclass(frozen=True)
 class RecordedRequest:
-    """A request the fake received: `path` has no query string, `headers` have lower-case names."""
+    """A request the fake received: `path` has no query string, `headers` have lower-case names, `at` is
+    when it arrived (`time.monotonic()`, e.g. to measure the pause before a retry)."""
 
     method: str
     path: str
     headers: dict[str, str]
     body: Any
+    at: float = 0.0
 
 
 @dataclass
@@ -324,9 +327,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         raw = self.rfile.read(int(self.headers.get("content-length") or 0))
         body = json.loads(raw) if raw else None
-        fake._record(
-            RecordedRequest(self.command, path, {k.lower(): v for k, v in self.headers.items()}, body)
-        )
+        received = {k.lower(): v for k, v in self.headers.items()}
+        fake._record(RecordedRequest(self.command, path, received, body, time.monotonic()))
         try:
             reply = fake._route(self.command, path, body)
         except Exception as exc:  # a missing reply or a failing handler: fail the test, don't hang it

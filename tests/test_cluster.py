@@ -5,37 +5,14 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import FAST, run_cli
 from mlflow import MlflowClient
-
-BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(check, what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except Exception:  # not up yet
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"{what} did not come up within {timeout:.0f}s")
+from mlflow_server import BIN, free_port, server_up, start_mlflow_server, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -55,13 +32,7 @@ def cluster(tmp_path_factory) -> Iterator[dict]:
     started: list[subprocess.Popen] = []
     ray = [str(BIN / "ray")]
     try:
-        server = subprocess.Popen(
-            [str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
-             "--artifacts-destination", str(root / "server-artifacts"), "--serve-artifacts",
-             "--host", "127.0.0.1", "--port", str(mlflow_port), "--workers", "1"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        started.append(server)
+        started.append(start_mlflow_server(root, mlflow_port, env))
         subprocess.run(
             [*ray, "start", "--head", "--port", str(ray_port), "--num-cpus", "1", "--num-gpus", "0",
              "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard_port), "--disable-usage-stats"],
@@ -71,9 +42,7 @@ def cluster(tmp_path_factory) -> Iterator[dict]:
             [*ray, "start", "--address", f"127.0.0.1:{ray_port}", "--num-cpus", "1", "--num-gpus", "0"],
             env=env, check=True, capture_output=True, timeout=180,
         )  # fmt: skip
-        wait_for(
-            lambda: urllib.request.urlopen(f"{server_uri}/health", timeout=2).status == 200, "mlflow server"
-        )
+        wait_for(lambda: server_up(server_uri), "mlflow server")
 
         def alive_nodes() -> int:
             out = subprocess.run(

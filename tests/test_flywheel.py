@@ -1,10 +1,12 @@
-"""The flywheel end to end through the CLI: Claude (a fake Messages API) or offline, resume after SIGKILL."""
+"""The flywheel end to end through the CLI: Claude (a fake Messages API) planning two rounds, the project lock.
+
+Kills and resumes at every stage are in test_resilience.py.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -13,13 +15,24 @@ from pathlib import Path
 import pytest
 from conftest import FAST, edit_config, run_cli
 from fake_anthropic import FakeAnthropic
-from mlflow import MlflowClient
+from flywheel_checks import (
+    RewriteWatch,
+    assert_consistent,
+    client_for,
+    ray_session_logs,
+    runs_of,
+    secret_hits,
+)
 
 from forge_ml.data.examples import read_examples
+from forge_ml.faults import ENV as FAILPOINTS
+from forge_ml.flywheel_state import ProjectLock
 
 # Small rounds: two trials of one or two epochs, 30 new examples per round.
 ROUNDS = [*FAST, "tune.num_samples=2", "planner.augment_n=30"]
 SENTINEL = "sk-ant-api03-SENTINELflywheel000000001"
+HF_SENTINEL = "hf_SENTINELflywheel00000000000001"
+PASSWORD_SENTINEL = "SENTINELbasicauthpassword0001"
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t",
     "GIT_AUTHOR_EMAIL": "t@example.com",
@@ -34,33 +47,6 @@ def project(small_project):
     edit_config(small_project, "planner", "bounds", "training.epochs", {"low": 1, "high": 2})
     edit_config(small_project, "planner", "bounds", "training.batch_size", {"choices": [16, 32]})
     return small_project
-
-
-def client_for(root: Path) -> tuple[MlflowClient, str]:
-    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
-    return client, client.get_experiment_by_name(root.name).experiment_id
-
-
-def runs_of(root: Path, kind: str | None = None) -> list:
-    client, exp = client_for(root)
-    query = f"tags.`forge.kind` = '{kind}'" if kind else ""
-    return client.search_runs([exp], filter_string=query, max_results=1000)
-
-
-def assert_consistent(root: Path, rounds: int) -> None:
-    """One FINISHED round run per round, one run per trial, nothing RUNNING, one version per round."""
-    client, exp = client_for(root)
-    everything = client.search_runs([exp], max_results=1000)
-    assert [r.info.run_name for r in everything if r.info.status == "RUNNING"] == []
-    finished = sorted(r.info.run_name for r in runs_of(root, "round") if r.info.status == "FINISHED")
-    assert finished == [f"round-{n:03d}" for n in range(1, rounds + 1)]
-    trial_ids = [r.data.tags["forge.trial_id"] for r in runs_of(root, "trial")]
-    assert len(trial_ids) == len(set(trial_ids)), "a trial has more than one MLflow run"
-    versions = client.search_model_versions(f"name = '{root.name}'")
-    assert len(versions) == rounds
-    assert len({v.run_id for v in versions}) == rounds
-    records = [json.loads(line) for line in (root / "output" / "experiments.jsonl").read_text().splitlines()]
-    assert [r["iteration"] for r in records] == list(range(1, rounds + 1))
 
 
 def claude_plan(body: dict) -> dict:
@@ -97,7 +83,8 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "drone-router"
 
 
 @pytest.mark.slow
-def test_claude_flywheel_rounds_gate_record_and_resume(project, monkeypatch):
+@pytest.mark.reliability
+def test_claude_flywheel_rounds_gate_record_and_resume(project, monkeypatch, proof):
     root = project.root
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     subprocess.run(["git", "-C", str(root), "add", "-A"], check=True)
@@ -107,9 +94,18 @@ def test_claude_flywheel_rounds_gate_record_and_resume(project, monkeypatch):
     with FakeAnthropic() as fake:
         fake.on_tool("propose_experiment", claude_plan)
         fake.on_tool("write_examples", hover_examples)
-        env = {"ANTHROPIC_API_KEY": SENTINEL, "ANTHROPIC_BASE_URL": fake.base_url, **GIT_ENV}
-        result = run_cli("-p", str(root), "flywheel", "--rounds", "2", *ROUNDS, env=env)
+        env = {
+            "ANTHROPIC_API_KEY": SENTINEL,
+            "ANTHROPIC_BASE_URL": fake.base_url,
+            "HF_TOKEN": HF_SENTINEL,
+            "MLFLOW_TRACKING_USERNAME": "forge",
+            "MLFLOW_TRACKING_PASSWORD": PASSWORD_SENTINEL,
+            **GIT_ENV,
+        }
+        watch = RewriteWatch(root)
+        result = run_cli("-v", "-p", str(root), "flywheel", "--rounds", "2", *ROUNDS, env=env)
         assert result.returncode == 0, result.stderr[-4000:]
+        watch.check()
         assert fake.count("/v1/messages") >= 4  # a plan and data for each round
 
     assert_consistent(root, 2)
@@ -160,11 +156,31 @@ def test_claude_flywheel_rounds_gate_record_and_resume(project, monkeypatch):
         "forge iter 1: "
     )
 
-    # the API key never reaches MLflow or the project's files
+    # forge.yaml, BACKGROUND.md and the loop's files were replaced whole, never edited in place
+    assert watch.in_place == [] and {"forge.yaml", "BACKGROUND.md", "dataset/canonical.jsonl"} <= set(
+        watch.renamed
+    )
+    proof(
+        "Atomic files",
+        "a two-round Claude flywheel: forge.yaml patched, BACKGROUND.md appended, journal files rewritten",
+        f"{len(watch.renamed)} files changed, all by rename to a new inode ({', '.join(sorted(watch.renamed))}); "
+        f"{len(watch.in_place)} written in place",
+    )
+
+    # secrets in the environment reach nothing: MLflow (params, tags, artifacts, the database),
+    # Ray's result files and session logs, Hydra's saved config, the heartbeat, the output
     logged = json.dumps([[r.data.params, r.data.tags] for r in runs_of(root)])
-    assert SENTINEL not in logged
-    for path in [*(root / "output").glob("*.json*"), root / "forge.yaml", root / "AGENT_CONTEXT.md"]:
-        assert SENTINEL not in path.read_text(errors="replace"), path
+    folders = [root, *filter(None, [ray_session_logs()])]
+    secrets = [SENTINEL, HF_SENTINEL, PASSWORD_SENTINEL]
+    hits, files, size = secret_hits(secrets, folders, [result.stdout, result.stderr, logged])
+    assert hits == [], hits
+    assert files > 50 and any((root / "output" / "ray").rglob("result.json"))
+    proof(
+        "Security",
+        "sentinel Anthropic key, HF token and basic-auth password in the environment of a 2-round Claude flywheel",
+        f"0 hits in {files} files ({size / 1e6:.1f} MB: mlflow.db, artifacts, Ray result files and session "
+        "logs, heartbeat, state, journal) and the CLI's stdout/stderr (run with -v)",
+    )
 
     # run again: nothing left to do
     again = run_cli("-p", str(root), "flywheel", "--rounds", "2", "planner=offline", *ROUNDS)
@@ -193,33 +209,10 @@ def test_claude_flywheel_rounds_gate_record_and_resume(project, monkeypatch):
     assert len(client.search_model_versions(f"name = '{root.name}'")) == 2  # --skip-train registers nothing
 
 
-def _kill_when_training(process: subprocess.Popen, root: Path, timeout: float = 300) -> dict:
-    """SIGKILL the flywheel (its whole process group) once round 1's trials have saved state; return it."""
-    state_file = root / "output" / "flywheel_state.json"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "the flywheel ended before it could be killed"
-        try:
-            current = json.loads(state_file.read_text()).get("current") or {}
-        except (OSError, json.JSONDecodeError):
-            current = {}
-        path = current.get("experiment_path")
-        if (
-            path
-            and list(Path(path).glob("*/checkpoint_*"))
-            and list(Path(path).glob("experiment_state-*.json"))
-        ):
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
-            return current
-        time.sleep(0.3)
-    os.killpg(process.pid, signal.SIGKILL)
-    raise AssertionError("round 1 never reached its trials")
-
-
-@pytest.mark.slow
-def test_sigkill_mid_round_then_resume_completes_without_duplicates(project):
+@pytest.mark.reliability
+def test_a_second_flywheel_on_the_same_project_is_refused_and_a_stale_lock_recovered(project, proof):
     root = project.root
+    lock = root / "output" / "flywheel.lock"
     exe = Path(sys.executable).with_name("forge-ml")
     args = [
         str(exe),
@@ -227,58 +220,50 @@ def test_sigkill_mid_round_then_resume_completes_without_duplicates(project):
         str(root),
         "flywheel",
         "--rounds",
-        "2",
+        "1",
+        "--skip-train",
         "planner=offline",
         *ROUNDS,
-        "tune.num_samples=3",
     ]
-    env = {**os.environ, "NO_COLOR": "1"}
+    env = {**os.environ, "NO_COLOR": "1", FAILPOINTS: "flywheel.plan=sleep:120"}
     env.pop("ANTHROPIC_API_KEY", None)
-    process = subprocess.Popen(
-        args, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    first = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (lock.is_file() and lock.read_text().strip()) and time.monotonic() < deadline:
+            assert first.poll() is None, "the first flywheel ended early"
+            time.sleep(0.2)
+        second = run_cli(*args[1:])
+        assert second.returncode == 1, second.stderr[-2000:]
+        assert f"another forge-ml flywheel (pid {first.pid}" in second.stderr.replace("\n", "")
+        assert first.poll() is None  # the refused run did not disturb the running one
+    finally:
+        first.kill()
+        first.wait()
+    proof(
+        "Concurrency",
+        "a second `forge-ml flywheel` on a project whose flywheel is running",
+        f"refused with exit {second.returncode}, naming the running flywheel (pid {first.pid}); it kept running",
     )
-    killed = _kill_when_training(process, root)
-    assert killed["round"] == 1 and killed["stage"] == "augmented"
-    running = [r.info.run_name for r in runs_of(root) if r.info.status == "RUNNING"]
-    assert "round-001" in running  # the crash left it open
-    lines_before = (root / "dataset" / "canonical.jsonl").read_text().splitlines()
 
-    resumed = run_cli(
-        "-p", str(root), "flywheel", "--rounds", "2", "planner=offline", *ROUNDS, "tune.num_samples=3"
-    )
-    assert resumed.returncode == 0, resumed.stderr[-4000:]
-    assert_consistent(root, 2)
-    first = next(r for r in runs_of(root, "round") if r.info.run_name == "round-001")
-    assert first.info.run_id == killed["round_run_id"]  # the round kept its run
-    assert first.data.tags.get("forge.restored") == "true"  # and continued from Ray Tune's state
-    lines = (root / "dataset" / "canonical.jsonl").read_text().splitlines()
-    assert lines[: len(lines_before)] == lines_before  # round 1's data was not added twice
-    assert len(lines) == len(lines_before) + 30
-    assert all(json.loads(line) for line in lines)  # no partial line
-
-
-def test_a_second_flywheel_on_the_same_project_is_refused_and_a_stale_lock_recovered(project):
-    lock = project.root / "output" / "flywheel.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    import socket
-
-    lock.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": 0}))
-    refused = run_cli("-p", str(project.root), "flywheel", "--rounds", "1", "planner=offline", *ROUNDS)
-    assert refused.returncode == 1 and "another forge-ml flywheel" in refused.stderr
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    lock.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(), "since": 0}))
-    from forge_ml.flywheel_state import ProjectLock
-
-    with ProjectLock(project) as taken:
-        assert taken.recovered and taken.recovered_from == dead.pid
-        assert json.loads(lock.read_text())["pid"] == os.getpid()
+    assert json.loads(lock.read_text())["pid"] == first.pid  # SIGKILL left its lock behind
+    third = run_cli(*args[1:])
+    assert third.returncode == 0, third.stderr[-2000:]
+    assert f"recovered the lock of a stopped flywheel (pid {first.pid})" in (
+        third.stdout + third.stderr
+    ).replace("\n", "")
     assert not lock.exists()
-    lock.write_text("")  # killed before it wrote its pid
+    proof(
+        "Concurrency",
+        "the lock of a flywheel killed with SIGKILL",
+        f"the next flywheel took it over (pid {first.pid} gone), ran, and released it (exit {third.returncode})",
+    )
+
+    lock.write_text("")  # killed between creating the lock and writing its pid
     os.utime(lock, (time.time() - 60, time.time() - 60))
     with ProjectLock(project) as taken:
-        assert (
-            taken.recovered
-            and taken.recovered_from is None
-            and json.loads(lock.read_text())["pid"] == os.getpid()
-        )
+        assert taken.recovered and taken.recovered_from is None
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+    proof(
+        "Concurrency", "an empty lock file a minute old", "taken over as stale; the new owner's pid written"
+    )

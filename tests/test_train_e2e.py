@@ -8,15 +8,18 @@ import pytest
 from mlflow import MlflowClient
 
 from tests.conftest import FAST, run_cli
+from tests.flywheel_checks import secret_hits
 
 SECRETS = {
     "ANTHROPIC_API_KEY": "sk-ant-api03-SENTINELsecretvalue0001",
     "HF_TOKEN": "hf_SENTINELsecretvalue00000001",
+    "MLFLOW_TRACKING_PASSWORD": "SENTINELbasicauthpassword0002",
 }
 
 
 @pytest.mark.slow
-def test_multirun_leaves_one_complete_run_per_job_then_eval_and_status(small_project, tmp_path):
+@pytest.mark.reliability
+def test_multirun_leaves_one_complete_run_per_job_then_eval_and_status(small_project, tmp_path, proof):
     root = small_project.root
     elsewhere = tmp_path / "elsewhere"  # every path must resolve against the project, not the cwd
     elsewhere.mkdir()
@@ -51,9 +54,15 @@ def test_multirun_leaves_one_complete_run_per_job_then_eval_and_status(small_pro
 
     assert list(elsewhere.iterdir()) == []  # nothing written to the working directory
     assert len(list((root / "output" / "adapters").iterdir())) == 2
-    # the .hydra dirs of the sweep hold no secret either
-    for saved in (root / "output" / "multirun").rglob("*.yaml"):
-        assert not any(secret in saved.read_text() for secret in SECRETS.values())
+    # nothing under the project (the .hydra dirs of the sweep, mlflow.db, artifacts) holds a secret
+    hits, files, size = secret_hits(list(SECRETS.values()), [root], [result.stdout, result.stderr])
+    assert hits == [] and any(root.rglob(".hydra/config.yaml"))
+    proof(
+        "Security",
+        "sentinel secrets in the environment of a Hydra multirun (`forge-ml train -m`)",
+        f"0 hits in {files} files ({size / 1e6:.1f} MB: Hydra's saved .hydra configs, mlflow.db, artifacts) "
+        "and the CLI's output",
+    )
 
     # `forge-ml eval` re-evaluates the last adapter: same greedy outputs, same score
     last = json.loads((root / "output" / "last_train.json").read_text())

@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from forge_ml.augment.offline import GENERATOR_FILE, generate_offline, load_generator
-from forge_ml.augment.validate import admit
+from forge_ml.augment.validate import admit, refuse_garbage
 from forge_ml.config import ForgeConfig
 from forge_ml.data.examples import dataset_hash, read_examples
 from forge_ml.data.project_data import read_gold, read_system_prompt
-from forge_ml.errors import InputError
-from forge_ml.evaluation.scorers import make_scorer
+from forge_ml.evaluation.scorers import check_scorer, make_scorer
 from forge_ml.fileio import atomic_write_text
 from forge_ml.llm import Usage
 from forge_ml.planner.plan import ExperimentPlan
@@ -80,9 +79,11 @@ def augment_data(
         result.added, result.resumed = len(already), bool(already)
         return _summary(existing, result)
 
-    gold = {e.key for e in read_gold(project, cfg.task)}
+    gold_examples = read_gold(project, cfg.task)
+    gold = {e.key for e in gold_examples}
     known = {e.key for e in existing}
     scorer = make_scorer(cfg.eval, project.root)
+    check_scorer(scorer, gold_examples)
     meta = {"source": SOURCE, "round": round_number, "focus": ",".join(plan.augment_focus)}
     kept: list = []
     dropped: Counter = Counter()
@@ -119,8 +120,7 @@ def augment_data(
             for focus, n in allocate(wanted, plan.augment_focus, failures):
                 rows += generate_offline(generate, path, n, seed=seed, focus=focus)
             admission = admit(rows, scorer=scorer, known=known, gold=gold, meta=meta)
-            if rows and not admission.kept and admission.dropped.get("malformed", 0) == len(rows):
-                raise InputError(f"{path}: generate() returned {len(rows)} row(s), none of them an example")
+            refuse_garbage(path, rows, admission)
             kept += admission.kept[:wanted]
             dropped += admission.dropped
             if len(kept) >= plan.augment_n:

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from forge_ml.data.examples import Example, normalize_text
-from forge_ml.errors import ForgeError
+from forge_ml.data.examples import Example, normalize_text, safe_category
+from forge_ml.errors import ForgeError, InputError
 from forge_ml.evaluation.scorers import Scorer
+
+MALFORMED = "malformed"  # drop reasons, as reported in `dropped`
+UNPARSED = "answer fails the scorer's parse"
 
 
 @dataclass
@@ -46,10 +50,13 @@ def admit(
     for row in rows:
         example = as_example(row)
         if example is None:
-            result.dropped["malformed"] += 1
+            result.dropped[MALFORMED] += 1
             continue
         if not example.user or not example.assistant:
             result.dropped["empty turn"] += 1
+            continue
+        if example.category and not safe_category(example.category):  # it becomes MLflow keys
+            result.dropped["unsafe category name"] += 1
             continue
         key = normalize_text(example.user)
         if key in gold:
@@ -63,12 +70,27 @@ def admit(
         except ForgeError:
             accepted = False
         if not accepted:
-            result.dropped["answer fails the scorer's parse"] += 1
+            result.dropped[UNPARSED] += 1
             continue
         example.meta = {**example.meta, **meta}
         known.add(key)
         result.kept.append(example)
     return result
+
+
+def refuse_garbage(path: Path, rows: list[Any], admission: Admission) -> None:
+    """Raise InputError naming the generator when it returned rows and not one is usable: none an
+    example, or none with an answer the scorer accepts (duplicates and gold matches are not garbage)."""
+    if not rows or admission.kept:
+        return
+    malformed = admission.dropped.get(MALFORMED, 0)
+    if malformed == len(rows):
+        raise InputError(f"{path}: generate() returned {len(rows)} row(s), none of them an example")
+    if malformed + admission.dropped.get(UNPARSED, 0) == len(rows):
+        raise InputError(
+            f"{path}: generate() returned {len(rows)} row(s), none with an answer the scorer accepts "
+            f"({admission.dropped.get(UNPARSED, 0)} fail the scorer's parse)"
+        )
 
 
 def failure_counts(failures: list[dict[str, Any]]) -> dict[str, int]:

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from forge_ml.config.checks import Problems
@@ -84,12 +84,33 @@ class ForgeConfig:
         return p.messages
 
 
-def _describe(exc: OmegaConfBaseException) -> str:
+def _describe(exc: OmegaConfBaseException, cfg: dict[str, Any]) -> str:
     key = getattr(exc, "full_key", None) or ""
     message = str(exc).splitlines()[0]
+    if not key:  # a merge error names no key: find the value of the wrong kind
+        return _wrong_kind(OmegaConf.structured(ForgeConfig), cfg) or message
     if "not in" in message or ("Key '" in message and "not" in message):
         return f"unknown key '{key}'" + _did_you_mean(key)
     return f"{key}: {message}" if key else message
+
+
+def _wrong_kind(schema: DictConfig, data: dict[str, Any], prefix: str = "") -> str | None:
+    """Name the first key whose value is not a mapping where the schema holds a section, or not a list
+    where it holds a list; None when every value has the right kind."""
+    for key, value in data.items():
+        if value is None or not isinstance(key, str) or key not in schema:
+            continue
+        node = schema._get_node(key)
+        name = f"{prefix}{key}"
+        if isinstance(node, DictConfig):
+            if not isinstance(value, dict):
+                return f"{name}: expected a mapping of settings, got {type(value).__name__} {value!r}"
+            found = _wrong_kind(node, value, f"{name}.")
+            if found:
+                return found
+        elif isinstance(node, ListConfig) and not isinstance(value, list | tuple):
+            return f"{name}: expected a list, got {type(value).__name__} {value!r}"
+    return None
 
 
 def _did_you_mean(full_key: str) -> str:
@@ -115,7 +136,7 @@ def validate_config(cfg: DictConfig | dict) -> ForgeConfig:
         merged = OmegaConf.merge(schema, cfg)
         typed: ForgeConfig = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
-        raise ConfigError(f"invalid configuration: {_describe(exc)}") from None
+        raise ConfigError(f"invalid configuration: {_describe(exc, cfg)}") from None
     problems = typed.check()
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))

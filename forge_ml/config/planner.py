@@ -56,6 +56,10 @@ class PlannerConfig:
     max_retries: int = field(
         default=3, metadata={"help": "retries of 429, 5xx, 529 and timeouts (with backoff)"}
     )
+    max_retry_wait_s: float = field(
+        default=60.0,
+        metadata={"help": "longest retry-after honoured before a retry (the API may ask for hours)"},
+    )
     failures_shown: int = field(default=20, metadata={"help": "gold failures sampled into the prompt"})
     context_tail_chars: int = field(default=6000, metadata={"help": "tail of AGENT_CONTEXT.md in the prompt"})
     history_rows: int = field(default=60, metadata={"help": "earlier trials shown to the planner"})
@@ -78,6 +82,7 @@ class PlannerConfig:
         p.range("max_tokens", self.max_tokens, 256, 128_000)
         p.range("timeout_s", self.timeout_s, 0.0, 3600.0, low_open=True)
         p.range("max_retries", self.max_retries, 0, 20)
+        p.range("max_retry_wait_s", self.max_retry_wait_s, 0.0, 3600.0)
         p.range("failures_shown", self.failures_shown, 0, 1000)
         p.range("context_tail_chars", self.context_tail_chars, 0, 200_000)
         p.range("history_rows", self.history_rows, 0, 10_000)

@@ -103,9 +103,10 @@ def read_jsonl(path: Path) -> list[tuple[str, Any]]:
             if not line.strip():
                 continue
             try:
-                records.append((where, json.loads(line)))
+                records.append((where, json.loads(line.rstrip("\r\n"))))
             except json.JSONDecodeError as exc:
-                raise InputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+                msg = exc.msg.removesuffix(" at")  # "Unterminated string starting at" names no place itself
+                raise InputError(f"{where}: not valid JSON ({msg} at column {exc.colno})") from None
     return records
 
 
@@ -125,3 +126,14 @@ def dataset_hash(examples: list[Example]) -> str:
         h.update(json.dumps(ex.to_record(), sort_keys=True, ensure_ascii=False).encode("utf-8"))
         h.update(b"\n")
     return h.hexdigest()
+
+
+CATEGORY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.+-]{0,63}")
+
+
+def safe_category(name: str) -> bool:
+    """Whether a category name (from a model or a plan) is a plain word: no path, dot-dot, or newline.
+
+    Category names become MLflow param keys and metric names; they must never act as paths.
+    """
+    return bool(CATEGORY_NAME.fullmatch(name)) and ".." not in name

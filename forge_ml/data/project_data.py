@@ -10,7 +10,7 @@ from forge_ml.config import TaskConfig
 from forge_ml.data.examples import Example, dataset_hash, read_examples
 from forge_ml.errors import InputError
 from forge_ml.fileio import atomic_write_jsonl
-from forge_ml.project import Project
+from forge_ml.project import Project, read_utf8
 
 log = logging.getLogger(__name__)
 MAX_OFFENDERS_SHOWN = 5
@@ -45,7 +45,7 @@ def read_system_prompt(project: Project, task: TaskConfig) -> str:
     path = project.resolve(task.system_prompt)
     if not path.is_file():
         raise InputError(f"{path}: system prompt file not found (task.system_prompt)")
-    text = path.read_text(encoding="utf-8").strip()
+    text = read_utf8(path).strip()
     if not text:
         raise InputError(f"{path}: system prompt is empty")
     return text
@@ -116,23 +116,28 @@ def load_project_data(project: Project, task: TaskConfig) -> ProjectData:
 
     known = {ex.key for ex in canonical}
     new_seed = [ex for ex in seed if ex.key not in known]
-    if new_seed:
-        for ex in new_seed:
-            ex.meta.setdefault("source", "seed")
-        canonical = canonical + new_seed
-        atomic_write_jsonl(canonical_path, (ex.to_record() for ex in canonical))
-        log.info("merged %d seed example(s) into %s", len(new_seed), canonical_path)
+    for ex in new_seed:
+        ex.meta.setdefault("source", "seed")
+    merged = canonical + new_seed
 
-    examples, dropped = dedup(canonical)
+    examples, dropped = dedup(merged)
     if dropped:
         log.warning(
             "%s: dropped %d duplicate example(s) (same normalised user text)", canonical_path, dropped
         )
     if not examples:
         raise InputError(f"{canonical_path}: no training examples; add lines to the seed or canonical set")
+    if len(examples) < 2:
+        raise InputError(
+            f"{canonical_path}: {len(examples)} training example(s) with seed merged; "
+            "at least 2 are needed (one for the dev split)"
+        )
     train, dev = split_dev(
         examples, fraction=task.dev_fraction, dev_min=task.dev_min, dev_max=task.dev_max, seed=task.split_seed
     )
+    if new_seed:  # written only once the data is known to be usable: a refused run changes nothing
+        atomic_write_jsonl(canonical_path, (ex.to_record() for ex in merged))
+        log.info("merged %d seed example(s) into %s", len(new_seed), canonical_path)
     return ProjectData(
         system_prompt=system_prompt,
         train=train,

@@ -72,6 +72,13 @@ def load_custom_scorer(path: Path) -> Scorer:
     return score
 
 
+def check_scorer(scorer: Scorer, gold: list[Any]) -> None:
+    """Score the first gold answer against itself: a scorer.py that raises (RuntimeFault) or returns a
+    score outside [0, 1] (InputError) fails here, naming the file, before any training or writing."""
+    if gold:
+        scorer(gold[0].assistant, gold[0].assistant)
+
+
 def make_scorer(cfg: EvalConfig, project_root: Path) -> Scorer:
     """Return the scorer that `eval.scorer` names."""
     if cfg.scorer == "exact":

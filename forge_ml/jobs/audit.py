@@ -29,7 +29,7 @@ from forge_ml.config import ForgeConfig
 from forge_ml.data.examples import Example, dataset_hash, normalize_text, parse_record, read_examples
 from forge_ml.data.project_data import check_gold_overlap, read_gold, read_system_prompt
 from forge_ml.errors import ForgeError, InputError, RuntimeFault
-from forge_ml.evaluation.scorers import Scorer, make_scorer, parse_json
+from forge_ml.evaluation.scorers import Scorer, check_scorer, make_scorer, parse_json
 from forge_ml.fileio import atomic_write_text
 from forge_ml.llm import ClaudeRequestFailed, ClaudeUnavailable, Usage, cached, call_tool, quoted
 from forge_ml.project import Project
@@ -420,6 +420,7 @@ def run_audit(
         raise InputError(f"{path}: no examples to audit")
     gold = read_gold(project, cfg.task)
     scorer = make_scorer(cfg.eval, project.root)
+    check_scorer(scorer, gold)  # a scorer.py that raises fails here, not as a finding on every example
     digest = dataset_hash(examples)
     summary = AuditSummary("", path, CLAUDE if claude else RULES, len(examples), [], [], digest, digest)
 

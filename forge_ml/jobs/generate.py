@@ -35,13 +35,13 @@ from forge_ml.augment.requests import (
     spread,
     system_blocks,
 )
-from forge_ml.augment.validate import admit
+from forge_ml.augment.validate import admit, refuse_garbage
 from forge_ml.config import ForgeConfig
 from forge_ml.console import console
 from forge_ml.data.examples import Example, dataset_hash, read_examples
 from forge_ml.data.project_data import read_gold, read_system_prompt
 from forge_ml.errors import ConfigError, InputError, RuntimeFault
-from forge_ml.evaluation.scorers import make_scorer
+from forge_ml.evaluation.scorers import check_scorer, make_scorer
 from forge_ml.fileio import atomic_write_text
 from forge_ml.flywheel_state import ProjectLock
 from forge_ml.llm import (
@@ -135,6 +135,7 @@ class _Inputs:
     failures: list[dict[str, Any]]
     generate: Any  # the project's generate(), or None when Claude writes
     generator_path: Path
+    gold_examples: list[Example] = field(default_factory=list)  # to try the scorer on before a run starts
 
 
 def check_job(job: DataJob) -> None:
@@ -234,6 +235,7 @@ def prepare(cfg: ForgeConfig, project: Project, job: DataJob) -> _Inputs:
         failures=failures,
         generate=generate,
         generator_path=project.root / GENERATOR_FILE,
+        gold_examples=gold,
     )
     inputs.focus = _focus(job, inputs, known_categories(gold, existing, seed), claude)
     return inputs
@@ -340,8 +342,7 @@ def _offline_examples(job: DataJob, inputs: _Inputs, admit_rows: Callable) -> tu
                 inputs.generate, path, n, seed=_seed(inputs, job.kind, attempt), focus=focus
             )
         admission = admit_rows(rows)
-        if rows and not admission.kept and admission.dropped.get("malformed", 0) == len(rows):
-            raise InputError(f"{path}: generate() returned {len(rows)} row(s), none of them an example")
+        refuse_garbage(path, rows, admission)
         kept += admission.kept[:wanted]
         dropped += admission.dropped
         if len(kept) >= job.n:
@@ -380,6 +381,7 @@ def run_data_job(
     writer = "generator" if inputs.generate is not None else "claude"
     summary = DataSummary(job.kind, writer, job.n, inputs.target, inputs.focus, batch=job.batch)
     scorer = make_scorer(cfg.eval, project.root)
+    check_scorer(scorer, inputs.gold_examples)  # a scorer.py that raises fails before the MLflow run
     meta: dict[str, Any] = {"source": job.kind}
     if inputs.focus:
         meta["focus"] = ",".join(inputs.focus)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from datetime import datetime
 
@@ -12,6 +13,8 @@ from forge_ml.config import ForgeConfig
 from forge_ml.data.examples import read_examples
 from forge_ml.project import Project
 from forge_ml.tracking import client_for, experiment_name, runs_table
+
+log = logging.getLogger(__name__)
 
 
 def dataset_table(cfg: ForgeConfig, project: Project) -> Table:
@@ -37,7 +40,13 @@ def scores_table(project: Project) -> Table | None:
     path = project.output / "eval_results.json"
     if not path.is_file():
         return None
-    results = json.loads(path.read_text())
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        results = {"error": str(exc)}
+    if not isinstance(results, dict) or not {"accuracy", "correct", "total"} <= results.keys():
+        log.warning("%s: unreadable; run `forge-ml eval` to write it again", path)
+        return None
     table = Table(
         title=f"latest eval ({results.get('split', 'gold')}): accuracy {results['accuracy']:.3f} "
         f"({results['correct']}/{results['total']})"

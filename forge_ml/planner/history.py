@@ -147,10 +147,11 @@ def read_history(cfg: ForgeConfig, client: Any, experiment_id: str, output_dir: 
 
 
 def read_failures(path: Path) -> list[dict[str, Any]]:
+    """The last evaluation's failures (output/eval_failures.jsonl): advisory, so damaged lines are skipped."""
     if not path.is_file():
         return []
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             row = json.loads(line)
         except json.JSONDecodeError:

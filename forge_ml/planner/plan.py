@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from forge_ml.config import ForgeConfig, PlannerConfig, config_to_dict
+from forge_ml.data.examples import safe_category
 from forge_ml.errors import ConfigError
 from forge_ml.search import NEVER_SEARCHED, Bound, check_bounds, parse_space, schema_type
 from forge_ml.trainables.sft import apply_overrides
@@ -187,6 +188,10 @@ def validate_plan(raw: Any, cfg: ForgeConfig) -> ExperimentPlan:
         focus = []
     elif len(focus) > MAX_FOCUS:
         problems.append(f"augment_focus: {len(focus)} categories, at most {MAX_FOCUS}")
+    else:
+        unsafe = [f for f in focus if not safe_category(f.strip())]
+        if unsafe:
+            problems.append(f"augment_focus: {unsafe[0]!r} is not a category name (a plain word, no path)")
 
     if not problems:  # the whole config must stay valid with the plan applied at every edge
         problems.extend(_config_problems(cfg, space, checked))

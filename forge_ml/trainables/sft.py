@@ -19,7 +19,9 @@ from forge_ml.config import ForgeConfig, validate_config
 from forge_ml.data.examples import Example
 
 FAULT_ENV = "FORGE_FAULT_CRASH_AFTER_EPOCH"  # test hook: crash once after this epoch's checkpoint
-OOM_FAULT_ENV = "FORGE_FAULT_OOM_LORA_R"  # test hook: trials with this lora.r run out of GPU memory
+OOM_FAULT_ENV = (
+    "FORGE_FAULT_OOM_LORA_R"  # test hook: trials with this lora.r ("*": every trial) run out of GPU memory
+)
 
 
 @dataclass
@@ -124,7 +126,7 @@ def _train_and_report(
     from forge_ml.training import train_sft
 
     try:
-        if os.environ.get(OOM_FAULT_ENV) == str(cfg.lora.r):
+        if os.environ.get(OOM_FAULT_ENV) in (str(cfg.lora.r), "*"):
             raise torch.cuda.OutOfMemoryError(f"injected: CUDA out of memory ({OOM_FAULT_ENV})")
         model = load_base_model(BaseModelRef(base_source, context.base_revision, True), cfg)
         outcome = train_sft(

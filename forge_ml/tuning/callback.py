@@ -12,6 +12,7 @@ from ray.tune import Callback
 
 from forge_ml.config import config_to_dict
 from forge_ml.console import console
+from forge_ml.faults import failpoint
 from forge_ml.secrets import flatten
 from forge_ml.tracking import TrackedRun, Tracker
 from forge_ml.trainables.sft import apply_overrides
@@ -35,6 +36,11 @@ def _trial_error(trial: Any) -> str | None:
     if local and Path(local).is_file():
         return Path(local).read_text(errors="replace")
     return str(trial.get_error() or "") or None
+
+
+def _experiment_saved(trial: Any) -> bool:
+    experiment = Path(trial.local_experiment_path)
+    return experiment.is_dir() and any(experiment.glob("experiment_state-*.json"))
 
 
 def existing_steps(client: Any, run_id: str) -> list[int]:
@@ -129,6 +135,26 @@ class RoundTracker(Callback):
         done.add(epoch)
         if result.get("forge/restored"):
             run.set_tags({"forge.restored_from_checkpoint": "true"})
+
+    @_timed
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        """A trial that raised and will be retried from its last checkpoint (tune.max_failures)."""
+        run = self.runs.get(trial.trial_id)
+        if run is not None:
+            run.set_tags(
+                {
+                    "forge.retries": str(trial.num_failures),
+                    "forge.last_error": error_summary(_trial_error(trial)),
+                }
+            )
+        console.print(
+            f"trial {trial.trial_id} failed (attempt {trial.num_failures}); retrying from its last checkpoint",
+            highlight=False,
+        )
+
+    def on_checkpoint(self, iteration: int, trials: list, trial: Any, checkpoint: Any, **info: Any) -> None:
+        if _experiment_saved(trial):  # a kill from here on can be resumed from Ray Tune's state
+            failpoint("tune.checkpoint")
 
     @_timed
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:

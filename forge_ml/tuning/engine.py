@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from forge_ml.config import ForgeConfig, config_to_dict
+from forge_ml.console import console
 from forge_ml.data.chat import sft_dataset
 from forge_ml.data.project_data import load_project_data
 from forge_ml.errors import ConfigError, RuntimeFault
+from forge_ml.evaluation.scorers import check_scorer, make_scorer
 from forge_ml.models.loader import BaseModelRef, load_tokenizer, resolve_base
 from forge_ml.models.source import is_local
 from forge_ml.project import Project
@@ -61,6 +63,7 @@ class RoundResult:
     tracking_s: float = 0.0  # driver time spent writing trials to MLflow
     epochs_trained: int = 0  # epochs reported by all trials together
     restored: bool = False  # continued from Ray Tune's saved experiment state
+    restore_problem: str | None = None  # why the saved state could not be continued (set aside)
     base: BaseModelRef | None = None  # the base model the trials trained on
 
 
@@ -184,6 +187,9 @@ def run_round(
     check_space(cfg, params)
 
     data = load_project_data(project, cfg.task)
+    check_scorer(
+        make_scorer(cfg.eval, project.root), data.gold
+    )  # a scorer.py that raises fails before training
     base = resolve_base(cfg, project, data.training_text())
     tokenizer = load_tokenizer(base, cfg.model, project)
     role = cfg.model.system_role
@@ -233,6 +239,7 @@ class _Fit:
     track: bool
     restore_from: str | None
     on_experiment: Callable[[str], None] | None
+    restore_problem: str | None = None
 
     def run(self, round_run: TrackedRun, started: float) -> RoundResult:
         result = self.fit(round_run)
@@ -240,24 +247,49 @@ class _Fit:
         _record_round(self.cfg, self.params, round_run, self.tracker, result)
         return result
 
+    def _restore(self, trainable: Any, callback: Any) -> Any:
+        """Return a Tuner continuing `restore_from`, or None (with `restore_problem` set) when it cannot.
+
+        Unreadable state is set aside under a new name, never overwritten: the round's trials
+        start again in a new experiment directory.
+        """
+        from ray import tune
+
+        path = self.restore_from
+        problem = unreadable_experiment(path)
+        if problem is None:
+            try:
+                tuner = tune.Tuner.restore(
+                    path,
+                    trainable=trainable,
+                    resume_unfinished=True,
+                    resume_errored=True,
+                    param_space=tune_space(self.params),
+                )
+                run_config = tuner._local_tuner.get_run_config()  # the pickled callback holds a dead client
+                run_config.callbacks = [callback]
+                log.info("%s: continuing from Ray Tune's state in %s", self.name, path)
+                return tuner
+            except Exception as exc:
+                problem = f"Ray Tune cannot restore it ({type(exc).__name__}: {str(exc)[:300]})"
+        aside = set_aside(path)
+        self.restore_problem = problem
+        console.print(
+            f"[yellow]{self.name}: the trials in {path} cannot be continued: {problem}; "
+            f"{'kept as ' + aside if aside else 'left in place'}, the round's trials start again[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return None
+
     def _tuner(self, trainable: Any, callback: Any) -> tuple[Any, bool]:
         from ray import tune
 
         cfg = self.cfg
-        if self.restore_from and tune.Tuner.can_restore(self.restore_from):
-            tuner = tune.Tuner.restore(
-                self.restore_from,
-                trainable=trainable,
-                resume_unfinished=True,
-                resume_errored=True,
-                param_space=tune_space(self.params),
-            )
-            run_config = tuner._local_tuner.get_run_config()  # the pickled callback holds a dead client
-            run_config.callbacks = [callback]
-            log.info("%s: continuing from Ray Tune's state in %s", self.name, self.restore_from)
-            return tuner, True
         if self.restore_from:
-            log.warning("%s: %s cannot be restored; the round starts again", self.name, self.restore_from)
+            tuner = self._restore(trainable, callback)
+            if tuner is not None:
+                return tuner, True
         run_name = f"{cfg.name}-{self.name}-{int(time.time())}"
         if self.on_experiment is not None:
             self.on_experiment(f"{self.storage.rstrip('/')}/{run_name}")
@@ -312,7 +344,9 @@ class _Fit:
         )
         tuner, restored = self._tuner(trainable, callback)
         grid = tuner.fit()
-        result = RoundResult(round_run_id=round_run.run_id, name=name, restored=restored)
+        result = RoundResult(
+            round_run_id=round_run.run_id, name=name, restored=restored, restore_problem=self.restore_problem
+        )
         result.tracking_s = callback.seconds
         result.epochs_trained = callback.epochs_trained
         for trial_result in grid:
@@ -346,6 +380,42 @@ class _Fit:
             raise RuntimeFault(f"{name}: every trial failed; see the trial runs in MLflow and {self.storage}")
         result.best = scored[0]
         return result
+
+
+def unreadable_experiment(path: str) -> str | None:
+    """Return what is wrong with a Ray Tune experiment directory's saved state, or None when it looks whole.
+
+    Checks what `Tuner.restore` reads lazily: the newest experiment_state-*.json must parse
+    and list its trials (a local directory; remote state is left to Ray Tune to judge).
+    """
+    from ray import tune
+
+    if "://" not in path and not Path(path).is_dir():
+        return "the directory does not exist (the round was stopped before its trials started)"
+    if not tune.Tuner.can_restore(path):
+        return "it holds no tuner.pkl"
+    if "://" in path:
+        return None
+    states = sorted(Path(path).glob("experiment_state-*.json"), key=lambda p: p.stat().st_mtime)
+    if not states:
+        return "it holds no experiment_state-*.json"
+    try:
+        state = json.loads(states[-1].read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return f"{states[-1].name} is unreadable ({exc})"
+    if not isinstance(state, dict) or not isinstance(state.get("trial_data"), list):
+        return f"{states[-1].name} lists no trials"
+    return None
+
+
+def set_aside(path: str) -> str | None:
+    """Rename a local experiment directory out of the way; return the new name (None when remote or absent)."""
+    source = Path(path)
+    if "://" in path or not source.exists():
+        return None
+    target = source.with_name(f"{source.name}.unrestorable-{int(time.time())}")
+    source.rename(target)
+    return str(target)
 
 
 def local_checkpoint(checkpoint: Any) -> Any:
