@@ -24,11 +24,18 @@ from forge_ml.compose import compose_config
 from forge_ml.config import ForgeConfig, config_to_dict
 from forge_ml.console import console, print_round
 from forge_ml.data.project_data import load_project_data
-from forge_ml.errors import ConfigError, ForgeError, RuntimeFault
+from forge_ml.errors import ForgeError, RuntimeFault
 from forge_ml.evaluation.report import score_outputs, write_report
 from forge_ml.evaluation.scorers import make_scorer
 from forge_ml.faults import failpoint
-from forge_ml.flywheel_state import STATE, ProjectLock, RoundState, load_state, save_state
+from forge_ml.flywheel_state import (
+    ProjectLock,
+    RoundState,
+    check_resumable,
+    checkpoint_shape,
+    load_state,
+    save_state,
+)
 from forge_ml.jobs.evaluate import evaluate_adapter
 from forge_ml.llm import Usage, make_client
 from forge_ml.models.loader import BaseModelRef, load_tokenizer
@@ -37,9 +44,8 @@ from forge_ml.planner.history import FAILURES_FILE, read_failures
 from forge_ml.planner.plan import ExperimentPlan
 from forge_ml.project import Project, patch_config
 from forge_ml.registry import GoldOutcome, Registry
-from forge_ml.search import SearchParam, parse_space
-from forge_ml.secrets import flatten
-from forge_ml.tracking import TrackedRun, Tracker, config_params
+from forge_ml.search import parse_space
+from forge_ml.tracking import TrackedRun, Tracker, config_params, error_line, tracking_unreachable
 from forge_ml.trainables.sft import apply_overrides
 from forge_ml.tuning.engine import ADAPTER_FILES, run_round
 from forge_ml.tuning.runtime import ray_runtime
@@ -497,47 +503,3 @@ class Flywheel:
             f"re-baselined champion v{version.version}: gold accuracy {old.accuracy:.3f} → {report.accuracy:.3f} "
             "on the new gold set"
         )
-
-
-# -- resuming trials ----------------------------------------------------------------------------
-# Keys that shape a trial's checkpoint (the adapter's tensors, the base under it, the optimizer
-# state and step count): a restored trial with a different value cannot load its checkpoint.
-CHECKPOINT_KEYS = ("model.", "lora.", "training.batch_size", "training.grad_accum", "training.precision")
-
-
-def checkpoint_shape(cfg: ForgeConfig, params: dict[str, SearchParam]) -> dict[str, Any]:
-    """Return the round's values of CHECKPOINT_KEYS that are not searched (trials keep their own)."""
-    flat = flatten(config_to_dict(cfg))
-    return {k: v for k, v in sorted(flat.items()) if k.startswith(CHECKPOINT_KEYS) and k not in params}
-
-
-def check_resumable(state: RoundState, shape: dict[str, Any]) -> None:
-    """Refuse to continue trials whose checkpoints were written under a different shape."""
-    old = state.checkpoint_shape
-    changed = [k for k in sorted(set(old) | set(shape)) if old.get(k) != shape.get(k)]
-    if changed:
-        details = ", ".join(f"{k}: {old.get(k)!r} → {shape.get(k)!r}" for k in changed)
-        raise ConfigError(
-            f"round {state.round}: the config changed since its trials wrote their checkpoints in "
-            f"{state.experiment_path} ({details}); they cannot be resumed with it. Put the "
-            f"value{'s' if len(changed) > 1 else ''} back to continue the round, or delete "
-            f"output/{STATE} to run round {state.round} again from its plan."
-        )
-
-
-def tracking_unreachable(exc: BaseException) -> bool:
-    """Whether `exc` (or what caused it) is an MLflow request that found no server."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        text = str(exc)
-        if "API request to" in text and any(
-            s in text for s in ("Max retries exceeded", "Connection refused", "ConnectionError", "timed out")
-        ):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
-def error_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__

@@ -15,9 +15,12 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from forge_ml.errors import InputError
+from forge_ml.config import ForgeConfig, config_to_dict
+from forge_ml.errors import ConfigError, InputError
 from forge_ml.fileio import atomic_write_json, pid_alive
 from forge_ml.project import Project
+from forge_ml.search import SearchParam
+from forge_ml.secrets import flatten
 
 LOCK = "flywheel.lock"
 STATE = "flywheel_state.json"
@@ -104,3 +107,29 @@ class ProjectLock:
             return json.loads(Path(self.path).read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             return {}
+
+
+# -- resuming trials: a Ray Tune experiment continues only under the config its checkpoints need --
+# Keys that shape a trial's checkpoint (the adapter's tensors, the base under it, the optimizer
+# state and step count): a restored trial with a different value cannot load its checkpoint.
+CHECKPOINT_KEYS = ("model.", "lora.", "training.batch_size", "training.grad_accum", "training.precision")
+
+
+def checkpoint_shape(cfg: ForgeConfig, params: dict[str, SearchParam]) -> dict[str, Any]:
+    """Return the round's values of CHECKPOINT_KEYS that are not searched (trials keep their own)."""
+    flat = flatten(config_to_dict(cfg))
+    return {k: v for k, v in sorted(flat.items()) if k.startswith(CHECKPOINT_KEYS) and k not in params}
+
+
+def check_resumable(state: RoundState, shape: dict[str, Any]) -> None:
+    """Refuse to continue trials whose checkpoints were written under a different shape."""
+    old = state.checkpoint_shape
+    changed = [k for k in sorted(set(old) | set(shape)) if old.get(k) != shape.get(k)]
+    if changed:
+        details = ", ".join(f"{k}: {old.get(k)!r} → {shape.get(k)!r}" for k in changed)
+        raise ConfigError(
+            f"round {state.round}: the config changed since its trials wrote their checkpoints in "
+            f"{state.experiment_path} ({details}); they cannot be resumed with it. Put the "
+            f"value{'s' if len(changed) > 1 else ''} back to continue the round, or delete "
+            f"output/{STATE} to run round {state.round} again from its plan."
+        )

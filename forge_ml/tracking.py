@@ -240,3 +240,21 @@ def runs_table(client: Any, experiment_ids: Iterable[str], max_results: int = 10
     return client.search_runs(
         list(experiment_ids), order_by=["attributes.start_time DESC"], max_results=max_results
     )
+
+
+def tracking_unreachable(exc: BaseException) -> bool:
+    """Whether `exc` (or what caused it) is an MLflow request that found no server."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        text = str(exc)
+        if "API request to" in text and any(
+            s in text for s in ("Max retries exceeded", "Connection refused", "ConnectionError", "timed out")
+        ):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def error_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
