@@ -302,6 +302,8 @@ class _Server(ThreadingHTTPServer):
     Each request gets a thread; `server_close()` joins them, so none outlives the fake.
     """
 
+    daemon_threads = False  # ThreadingHTTPServer's default (True) leaves its threads untracked and unjoined
+
     def __init__(self, fake: FakeAnthropic) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.fake = fake

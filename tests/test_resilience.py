@@ -203,7 +203,7 @@ def test_sigkill_at_every_stage_then_resume_completes_without_duplicates(project
     )
     proof(
         "Crash and resume",
-        "the run after five kills and a failed round",
+        "the run after six kills and a failed round",
         f"2 of 2 rounds done (as uninterrupted), {len(runs_of(root, 'trial'))} trial runs for as many trials, "
         f"0 RUNNING, {len(versions_of(root))} versions, canonical {len(lines)} lines (+30 per round, none "
         f"twice), {len(leftovers)} temp files left",
