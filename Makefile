@@ -41,7 +41,7 @@ test-fast: $(STAMP)
 
 # The fault, bad-input, concurrency and secrets suite alone; rewrites docs/RELIABILITY.md from its results.
 reliability: $(STAMP)
-	$(VPY) -m pytest -m reliability --reliability-report docs/RELIABILITY.md $(PYTEST_ARGS)
+	$(VPY) -m pytest -m reliability --reliability-report=docs/RELIABILITY.md $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(VPY) bench/train_overhead.py
