@@ -31,23 +31,33 @@ FAILPOINTS = (
 )
 
 
+def _action(name: str) -> str | None:
+    """The action FORGE_FAILPOINTS sets for `name` ("" for a bare name), or None."""
+    for item in os.environ.get(ENV, "").split(","):
+        point, _, action = item.strip().partition("=")
+        if point and point == name:
+            return action
+    return None
+
+
+def armed(name: str) -> bool:
+    """Whether FORGE_FAILPOINTS sets `name` (lets a caller skip the work of reaching it)."""
+    return _action(name) is not None
+
+
 def failpoint(name: str) -> None:
     """Act on `name` when FORGE_FAILPOINTS asks for it; otherwise return at once."""
-    spec = os.environ.get(ENV)
-    if not spec:
+    action = _action(name)
+    if action is None:
         return
-    for item in spec.split(","):
-        point, _, action = item.strip().partition("=")
-        if point != name:
-            continue
-        if action in ("", "kill"):
-            os.environ.pop(ENV, None)
-            if os.getpgrp() == os.getpid():
-                os.killpg(os.getpgrp(), signal.SIGKILL)
-            os.kill(os.getpid(), signal.SIGKILL)
-        if action == "raise":
-            raise RuntimeError(f"failpoint {name} ({ENV})")
-        if action.startswith("sleep:"):
-            time.sleep(float(action.split(":", 1)[1]))
-            return
-        raise ValueError(f"{ENV}: unknown action {action!r} for {name} (use kill or raise)")
+    if action in ("", "kill"):
+        os.environ.pop(ENV, None)
+        if os.getpgrp() == os.getpid():
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+    if action == "raise":
+        raise RuntimeError(f"failpoint {name} ({ENV})")
+    if action.startswith("sleep:"):
+        time.sleep(float(action.split(":", 1)[1]))
+        return
+    raise ValueError(f"{ENV}: unknown action {action!r} for {name} (use kill, raise or sleep:SECONDS)")

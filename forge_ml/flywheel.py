@@ -47,8 +47,9 @@ from forge_ml.registry import GoldOutcome, Registry
 from forge_ml.search import parse_space
 from forge_ml.tracking import TrackedRun, Tracker, config_params, error_line, tracking_unreachable
 from forge_ml.trainables.sft import apply_overrides
-from forge_ml.tuning.engine import ADAPTER_FILES, run_round
+from forge_ml.tuning.engine import run_round
 from forge_ml.tuning.runtime import ray_runtime
+from forge_ml.tuning.storage import copy_adapter
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +83,6 @@ class Flywheel:
         self.registry = Registry.for_project(self.cfg, project)
         self.planner = RoundPlanner(self.cfg, project)
         self.started = time.monotonic()
-        self._resources = ExitStack()
-        self._ray_started = False
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self, *, rebaseline: bool = False) -> FlywheelResult:
@@ -260,9 +259,8 @@ class Flywheel:
             state.experiment_path, state.checkpoint_shape = path, shape
             save_state(self.project, state)
 
-        if not self._ray_started:  # started once, at the first round that trains; kept for the next
-            self._resources.enter_context(ray_runtime(self.cfg.tune))
-            self._ray_started = True
+        # Ray starts at the first round that trains and stays up for the next (then this is a no-op)
+        self._resources.enter_context(ray_runtime(self.cfg.tune))
         result = run_round(
             cfg,
             plan.search_space,
@@ -293,7 +291,7 @@ class Flywheel:
         best = state.best
         base = BaseModelRef(**best["base"])
         data = load_project_data(self.project, cfg.task)
-        adapter_dir = self._adapter_dir(cfg, best, base, data)
+        adapter_dir = self._adapter_dir(cfg, best, base)
         report = evaluate_adapter(
             cfg, self.project, base, adapter_dir, data.gold, system_prompt=data.system_prompt
         )
@@ -348,7 +346,7 @@ class Flywheel:
             f"  gold accuracy {report.accuracy:.3f} — v{version.version} {verdict} ({'; '.join(decision.reasons)})"
         )
 
-    def _adapter_dir(self, cfg: ForgeConfig, best: dict[str, Any], base: BaseModelRef, data: Any) -> Path:
+    def _adapter_dir(self, cfg: ForgeConfig, best: dict[str, Any], base: BaseModelRef) -> Path:
         """Copy the best checkpoint's adapter (not its optimizer state) to output/adapters/<run id>."""
         target = self.project.output / "adapters" / (best.get("run_id") or best["trial_id"])
         source = Path(best["checkpoint"] or "")
@@ -357,9 +355,7 @@ class Flywheel:
         tmp = target.with_name(target.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        for name in ADAPTER_FILES:
-            if (source / name).is_file():
-                shutil.copy2(source / name, tmp / name)
+        copy_adapter(source, tmp)
         if not (tmp / "tokenizer_config.json").is_file():
             load_tokenizer(base, cfg.model, self.project).save_pretrained(str(tmp))
         shutil.rmtree(target, ignore_errors=True)

@@ -52,12 +52,12 @@ def check_server(
     from mlflow.tracking._tracking_service.utils import get_default_host_creds
     from mlflow.utils.rest_utils import http_request
 
+    creds = get_default_host_creds(uri)  # MLflow's own request: its TLS and auth settings apply
     started, reason = time.monotonic(), ""
     for attempt in range(attempts):
         if attempt:
             time.sleep(0.5 * attempt)
-        try:  # MLflow's own request: its TLS and auth settings apply
-            creds = get_default_host_creds(uri)
+        try:
             http_request(creds, "/health", "GET", max_retries=0, timeout=timeout_s, raise_on_status=False)
         except Exception as exc:
             reason = _no_answer_reason(exc)

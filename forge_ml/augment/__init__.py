@@ -20,7 +20,7 @@ from forge_ml.augment.validate import admit, refuse_garbage
 from forge_ml.config import ForgeConfig
 from forge_ml.data.examples import dataset_hash, read_examples
 from forge_ml.data.project_data import read_gold, read_system_prompt
-from forge_ml.evaluation.scorers import check_scorer, make_scorer
+from forge_ml.evaluation.scorers import make_scorer
 from forge_ml.fileio import atomic_write_text
 from forge_ml.llm import Usage
 from forge_ml.planner.plan import ExperimentPlan
@@ -82,8 +82,7 @@ def augment_data(
     gold_examples = read_gold(project, cfg.task)
     gold = {e.key for e in gold_examples}
     known = {e.key for e in existing}
-    scorer = make_scorer(cfg.eval, project.root)
-    check_scorer(scorer, gold_examples)
+    scorer = make_scorer(cfg.eval, project.root, probe=gold_examples)
     meta = {"source": SOURCE, "round": round_number, "focus": ",".join(plan.augment_focus)}
     kept: list = []
     dropped: Counter = Counter()

@@ -72,15 +72,13 @@ def load_custom_scorer(path: Path) -> Scorer:
     return score
 
 
-def check_scorer(scorer: Scorer, gold: list[Any]) -> None:
-    """Score the first gold answer against itself: a scorer.py that raises (RuntimeFault) or returns a
-    score outside [0, 1] (InputError) fails here, naming the file, before any training or writing."""
-    if gold:
-        scorer(gold[0].assistant, gold[0].assistant)
+def make_scorer(cfg: EvalConfig, project_root: Path, *, probe: list[Any] | None = None) -> Scorer:
+    """Return the scorer that `eval.scorer` names.
 
-
-def make_scorer(cfg: EvalConfig, project_root: Path) -> Scorer:
-    """Return the scorer that `eval.scorer` names."""
+    With `probe` (examples, e.g. gold), a custom scorer is first tried on the first one's answer
+    against itself: a scorer.py that raises (RuntimeFault) or scores outside [0, 1] (InputError)
+    fails here, naming the file, before any training or writing.
+    """
     if cfg.scorer == "exact":
         return exact
     if cfg.scorer == "json_match":
@@ -88,7 +86,10 @@ def make_scorer(cfg: EvalConfig, project_root: Path) -> Scorer:
     if cfg.scorer == "json_cmd":
         return json_field(cfg.json_field)
     path = Path(cfg.scorer_path)
-    return load_custom_scorer(path if path.is_absolute() else project_root / path)
+    scorer = load_custom_scorer(path if path.is_absolute() else project_root / path)
+    if probe:
+        scorer(probe[0].assistant, probe[0].assistant)
+    return scorer
 
 
 def category_of(example_meta: dict[str, Any], expected: str, cfg: EvalConfig) -> str:

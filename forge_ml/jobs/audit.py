@@ -28,7 +28,7 @@ from forge_ml.config import ForgeConfig
 from forge_ml.data.examples import Example, dataset_hash, normalize_text, parse_record, read_examples
 from forge_ml.data.project_data import check_gold_overlap, read_gold
 from forge_ml.errors import ForgeError, InputError, RuntimeFault
-from forge_ml.evaluation.scorers import Scorer, check_scorer, make_scorer, parse_json
+from forge_ml.evaluation.scorers import Scorer, make_scorer, parse_json
 from forge_ml.fileio import atomic_write_text
 from forge_ml.jobs.audit_findings import CLAUDE, SEVERITIES, Finding, claude_findings
 from forge_ml.llm import ClaudeUnavailable, Usage
@@ -246,8 +246,7 @@ def run_audit(
     if not examples:
         raise InputError(f"{path}: no examples to audit")
     gold = read_gold(project, cfg.task)
-    scorer = make_scorer(cfg.eval, project.root)
-    check_scorer(scorer, gold)  # a scorer.py that raises fails here, not as a finding on every example
+    scorer = make_scorer(cfg.eval, project.root, probe=gold)  # raising fails here, not as a finding on each
     digest = dataset_hash(examples)
     summary = AuditSummary("", path, CLAUDE if claude else RULES, len(examples), [], [], digest, digest)
 

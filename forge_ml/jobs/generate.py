@@ -41,7 +41,7 @@ from forge_ml.console import console
 from forge_ml.data.examples import Example, dataset_hash, read_examples
 from forge_ml.data.project_data import read_gold, read_system_prompt
 from forge_ml.errors import ConfigError, InputError, RuntimeFault
-from forge_ml.evaluation.scorers import check_scorer, make_scorer
+from forge_ml.evaluation.scorers import make_scorer
 from forge_ml.fileio import atomic_write_text
 from forge_ml.flywheel_state import ProjectLock
 from forge_ml.llm import (
@@ -380,8 +380,7 @@ def run_data_job(
         return estimate(cfg, project, job, inputs)
     writer = "generator" if inputs.generate is not None else "claude"
     summary = DataSummary(job.kind, writer, job.n, inputs.target, inputs.focus, batch=job.batch)
-    scorer = make_scorer(cfg.eval, project.root)
-    check_scorer(scorer, inputs.gold_examples)  # a scorer.py that raises fails before the MLflow run
+    scorer = make_scorer(cfg.eval, project.root, probe=inputs.gold_examples)  # fails before the MLflow run
     meta: dict[str, Any] = {"source": job.kind}
     if inputs.focus:
         meta["focus"] = ",".join(inputs.focus)

@@ -18,7 +18,7 @@ from forge_ml.data.chat import sft_dataset
 from forge_ml.data.project_data import ProjectData, load_project_data, read_gold
 from forge_ml.evaluation.evaluate import evaluate_examples
 from forge_ml.evaluation.report import EvalReport, write_report
-from forge_ml.evaluation.scorers import check_scorer, make_scorer
+from forge_ml.evaluation.scorers import make_scorer
 from forge_ml.fileio import atomic_write_json
 from forge_ml.models.adapters import peft_config_for
 from forge_ml.models.loader import BaseModelRef, load_base_model, load_tokenizer, resolve_base
@@ -65,8 +65,8 @@ def run_train(
 ) -> TrainSummary:
     """Train one adapter on the project's data, evaluate it on dev and gold, record it all; return the summary."""
     project = Project(Path(cfg.project_dir))
-    scorer = make_scorer(cfg.eval, project.root)  # fail on a broken scorer.py before training
-    check_scorer(scorer, read_gold(project, cfg.task))  # and before the seed merge may rewrite canonical
+    # a broken scorer.py fails before training, and before the seed merge may rewrite canonical
+    scorer = make_scorer(cfg.eval, project.root, probe=read_gold(project, cfg.task))
     data = load_project_data(project, cfg.task)
     base = resolve_base(cfg, project, data.training_text())
     tokenizer = load_tokenizer(base, cfg.model, project)

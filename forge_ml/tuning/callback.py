@@ -12,7 +12,7 @@ from ray.tune import Callback
 
 from forge_ml.config import config_to_dict
 from forge_ml.console import console
-from forge_ml.faults import failpoint
+from forge_ml.faults import armed, failpoint
 from forge_ml.secrets import flatten
 from forge_ml.tracking import TrackedRun, Tracker
 from forge_ml.trainables.sft import apply_overrides
@@ -153,7 +153,7 @@ class RoundTracker(Callback):
         )
 
     def on_checkpoint(self, iteration: int, trials: list, trial: Any, checkpoint: Any, **info: Any) -> None:
-        if _experiment_saved(trial):  # a kill from here on can be resumed from Ray Tune's state
+        if armed("tune.checkpoint") and _experiment_saved(trial):  # resumable from Ray Tune's state
             failpoint("tune.checkpoint")
 
     @_timed

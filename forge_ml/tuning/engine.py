@@ -23,7 +23,7 @@ from forge_ml.console import console
 from forge_ml.data.chat import sft_dataset
 from forge_ml.data.project_data import load_project_data
 from forge_ml.errors import ConfigError, RuntimeFault
-from forge_ml.evaluation.scorers import check_scorer, make_scorer
+from forge_ml.evaluation.scorers import make_scorer
 from forge_ml.models.loader import BaseModelRef, load_tokenizer, resolve_base
 from forge_ml.models.source import is_local
 from forge_ml.project import Project
@@ -31,17 +31,15 @@ from forge_ml.search import SearchParam, parse_space, tune_space
 from forge_ml.tracking import TrackedRun, Tracker, config_params
 from forge_ml.trainables.sft import TrialContext, apply_overrides, sft_trial
 from forge_ml.tuning.runtime import preflight, ray_runtime, storage_path
-from forge_ml.tuning.storage import local_checkpoint, set_aside, share_base, unreadable_experiment
+from forge_ml.tuning.storage import (
+    copy_adapter,
+    local_checkpoint,
+    set_aside,
+    share_base,
+    unreadable_experiment,
+)
 
 log = logging.getLogger(__name__)
-ADAPTER_FILES = (
-    "adapter_config.json",
-    "adapter_model.safetensors",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "chat_template.jinja",
-    "special_tokens_map.json",
-)
 
 
 @dataclass
@@ -188,9 +186,7 @@ def run_round(
     check_space(cfg, params)
 
     data = load_project_data(project, cfg.task)
-    check_scorer(
-        make_scorer(cfg.eval, project.root), data.gold
-    )  # a scorer.py that raises fails before training
+    make_scorer(cfg.eval, project.root, probe=data.gold)  # a scorer.py that raises fails before training
     base = resolve_base(cfg, project, data.training_text())
     tokenizer = load_tokenizer(base, cfg.model, project)
     role = cfg.model.system_role
@@ -456,7 +452,5 @@ def _log_adapter(tracker: Tracker, trial: TrialRecord) -> None:
         )
         return
     with tempfile.TemporaryDirectory() as tmp:
-        for name in ADAPTER_FILES:
-            if (source / name).is_file():
-                (Path(tmp) / name).write_bytes((source / name).read_bytes())
+        copy_adapter(source, Path(tmp))
         TrackedRun(tracker.client, trial.run_id).log_artifacts(Path(tmp), "adapter")

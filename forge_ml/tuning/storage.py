@@ -8,11 +8,28 @@ are fetched to this machine before their adapters are read.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from forge_ml.errors import ConfigError
+
+ADAPTER_FILES = (
+    "adapter_config.json",
+    "adapter_model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "special_tokens_map.json",
+)
+
+
+def copy_adapter(checkpoint: Path, folder: Path) -> None:
+    """Copy a checkpoint's adapter and tokenizer files into `folder`, not its optimizer state."""
+    for name in ADAPTER_FILES:
+        if (checkpoint / name).is_file():
+            shutil.copy2(checkpoint / name, folder / name)
 
 
 def unreadable_experiment(path: str) -> str | None:
