@@ -52,6 +52,7 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .

@@ -42,7 +42,7 @@ def bare_seconds(cfg, trial_configs: list[dict]) -> list[float]:
     """Time each trial's work (model load, train, dev eval) in this process, one thread."""
     import torch
 
-    from forge_ml.config import config_to_dict
+    from forge_ml.config.overrides import with_overrides
     from forge_ml.data.chat import sft_dataset
     from forge_ml.data.project_data import load_project_data
     from forge_ml.evaluation.evaluate import evaluate_examples
@@ -50,7 +50,6 @@ def bare_seconds(cfg, trial_configs: list[dict]) -> list[float]:
     from forge_ml.models.adapters import peft_config_for
     from forge_ml.models.loader import load_base_model, load_tokenizer, resolve_base
     from forge_ml.project import Project
-    from forge_ml.trainables.sft import apply_overrides
     from forge_ml.training import train_sft
 
     project = Project(Path(cfg.project_dir))
@@ -62,7 +61,7 @@ def bare_seconds(cfg, trial_configs: list[dict]) -> list[float]:
     torch.set_num_threads(1)
     times = []
     for overrides in trial_configs:
-        trial_cfg = apply_overrides(config_to_dict(cfg), overrides)
+        trial_cfg = with_overrides(cfg, overrides)
         trial_cfg.training.threads = 1
         started = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
@@ -120,14 +119,16 @@ def main() -> int:
         "tune.grace_period=1",
         "tune.reduction_factor=2",
     ]
+    from forge_ml.config.overrides import with_overrides
     from forge_ml.data.chat import PASS_LOG_ENV
     from forge_ml.data.project_data import load_project_data
     from forge_ml.models.loader import resolve_base
+    from forge_ml.search import with_space
     from forge_ml.tuning.engine import run_round
     from forge_ml.tuning.runtime import ray_runtime
 
     with example_project(overrides, keep=args.keep) as bench:
-        cfg = bench.cfg
+        cfg = with_space(bench.cfg, SPACE)
         canonical = bench.project.root / "dataset" / "canonical.jsonl"
         lines = canonical.read_text(encoding="utf-8").splitlines()
         canonical.write_text("\n".join(lines[:: max(1, len(lines) // args.examples)][: args.examples]) + "\n")
@@ -140,17 +141,17 @@ def main() -> int:
         ray_start_s = time.perf_counter() - ray_started
         log_file = bench.tmpdir / "tokenize.log"
         os.environ[PASS_LOG_ENV] = str(log_file)
-        cfg.tune.scheduler = "fifo"
-        fifo = run_round(cfg, SPACE, first_points=points)
+        fifo = run_round(with_overrides(cfg, {"tune.scheduler": "fifo"}), first_points=points)
         os.environ.pop(PASS_LOG_ENV)
         passes = [line.split() for line in log_file.read_text().splitlines()]
         n_train = max(int(n) for _, n in passes)
         train_passes = sum(1 for _, n in passes if int(n) == n_train)
         foreign = {pid for pid, _ in passes if int(pid) != os.getpid()}
 
-        untracked = run_round(cfg, SPACE, first_points=points, track=False)
-        cfg.tune.scheduler = "asha"
-        asha = run_round(cfg, SPACE, first_points=points)
+        untracked = run_round(
+            with_overrides(cfg, {"tune.scheduler": "fifo"}), first_points=points, track=False
+        )
+        asha = run_round(with_overrides(cfg, {"tune.scheduler": "asha"}), first_points=points)
         runtime.__exit__(None, None, None)
         bare = bare_seconds(cfg, [t.config for t in fifo.trials])
 

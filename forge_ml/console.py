@@ -29,6 +29,18 @@ def progress(description: str, total: int) -> Iterator[Callable[[int], None]]:
         yield lambda n: bar.advance(task, n)
 
 
+def print_table(title: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+    """Print a titled table of `rows` (each cell as str, long cells folded) to `results`."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(str(cell) for cell in row))
+    results.print(table)
+
+
 def _short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 

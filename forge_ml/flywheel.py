@@ -13,15 +13,15 @@ import logging
 import shutil
 import tempfile
 import time
+from collections import Counter
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from forge_ml import journal
 from forge_ml.augment import augment_data
 from forge_ml.compose import compose_config
-from forge_ml.config import ForgeConfig, config_to_dict
+from forge_ml.config import ForgeConfig, config_to_dict, validate_config
 from forge_ml.console import console, print_round
 from forge_ml.data.project_data import load_project_data
 from forge_ml.errors import ForgeError, RuntimeFault
@@ -29,24 +29,26 @@ from forge_ml.evaluation.report import score_outputs, write_report
 from forge_ml.evaluation.scorers import make_scorer
 from forge_ml.faults import failpoint
 from forge_ml.flywheel_state import (
-    ProjectLock,
+    AugmentSummary,
+    BestTrial,
+    GateRecord,
+    PlannerRecord,
     RoundState,
+    changed_keys,
     check_resumable,
     checkpoint_shape,
     load_state,
     save_state,
 )
 from forge_ml.jobs.evaluate import evaluate_adapter
-from forge_ml.llm import Usage, make_client
-from forge_ml.models.loader import BaseModelRef, load_tokenizer
-from forge_ml.planner import PlanOutcome, RoundPlanner, read_history
+from forge_ml.llm import make_client
+from forge_ml.models.loader import load_tokenizer
+from forge_ml.planner import RoundPlanner, read_history
 from forge_ml.planner.history import FAILURES_FILE, read_failures
-from forge_ml.planner.plan import ExperimentPlan
-from forge_ml.project import Project, patch_config
+from forge_ml.project import Project, ProjectLock, patch_config
 from forge_ml.registry import GoldOutcome, Registry
 from forge_ml.search import parse_space
 from forge_ml.tracking import TrackedRun, Tracker, config_params, error_line, tracking_unreachable
-from forge_ml.trainables.sft import apply_overrides
 from forge_ml.tuning.engine import run_round
 from forge_ml.tuning.runtime import ray_runtime
 from forge_ml.tuning.storage import copy_adapter
@@ -60,7 +62,7 @@ class FlywheelResult:
     stop_reason: str
     champion_accuracy: float | None
     target_reached: bool
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[journal.RoundRecord] = field(default_factory=list)
 
 
 class Flywheel:
@@ -97,12 +99,18 @@ class Flywheel:
                 self._rebaseline(gold_hash)
             self.registry.check_gold(gold_hash)
             state = load_state(self.project)
-            self._close_stale_runs(state)
+            # round runs (and their trials) a killed flywheel left RUNNING; the round being resumed keeps its run
+            self.tracker.close_stale_runs(
+                "tags.`forge.flywheel` = 'true'",
+                "left RUNNING by a stopped flywheel",
+                keep=state.round_run_id if state else None,
+            )
             while True:
                 records = journal.read_records(self.project)
-                done = max((r["iteration"] for r in records), default=0)
+                done = max((r.round for r in records), default=0)
                 if state is not None and state.round <= done:  # recorded, killed before the state was cleared
-                    self._finish_run(state.round_run_id)
+                    if state.round_run_id:
+                        self.tracker.finish_with_children(state.round_run_id)
                     state = None
                     save_state(self.project, None)
                 stop = self._stop_reason(done)
@@ -116,8 +124,8 @@ class Flywheel:
     def _stop_reason(self, done: int) -> str | None:
         champion = self.registry.champion()
         fw = self.cfg.flywheel
-        if champion and champion[1].accuracy >= self.cfg.eval.target_accuracy:
-            return f"target reached: champion gold accuracy {champion[1].accuracy:.3f} ≥ {self.cfg.eval.target_accuracy}"
+        if champion and champion.accuracy >= self.cfg.eval.target_accuracy:
+            return f"target reached: champion gold accuracy {champion.accuracy:.3f} ≥ {self.cfg.eval.target_accuracy}"
         if done >= self.max_rounds:
             return f"{done} of {self.max_rounds} rounds done"
         if fw.wall_budget_min is not None and self._remaining_s() <= 0:
@@ -134,33 +142,29 @@ class Flywheel:
         budget = self.cfg.flywheel.wall_budget_min
         return None if budget is None else budget * 60 - (time.monotonic() - self.started)
 
-    def _result(self, done: int, stop: str, records: list[dict[str, Any]]) -> FlywheelResult:
+    def _result(self, done: int, stop: str, records: list[journal.RoundRecord]) -> FlywheelResult:
         champion = self.registry.champion()
-        accuracy = champion[1].accuracy if champion else None
+        accuracy = champion.accuracy if champion else None
         reached = accuracy is not None and accuracy >= self.cfg.eval.target_accuracy
         journal.write_heartbeat(self.project, done, "completed", accuracy=accuracy, stop_reason=stop)
         return FlywheelResult(done, stop, accuracy, reached, records)
 
     # -- one round ------------------------------------------------------------------------------
     def _round(self, state: RoundState) -> None:
-        cfg = compose_config(self.project, self.overrides)  # forge.yaml may carry last round's patches
         number = state.round
         journal.write_heartbeat(self.project, number, "running", stage=state.stage)
         try:
-            if not state.reached("planned"):
-                self._plan(cfg, state)
-            run = self._open_run(state)
-            plan = ExperimentPlan(**state.plan)
+            if not state.reached("planned"):  # forge.yaml may carry last round's patches
+                self._plan(compose_config(self.project, self.overrides), state)
+            cfg = self._round_config(state)
+            run = self._open_run(state, cfg)
             if not state.reached("augmented"):
-                self._augment(cfg, state, plan, run)
+                self._augment(cfg, state, run)
             if not self.skip_train:
-                round_cfg = apply_overrides(
-                    config_to_dict(cfg), {**plan.fixed_overrides, "tune.num_samples": plan.num_samples}
-                )
                 if not state.reached("tuned"):
-                    self._tune(round_cfg, state, plan, run)
+                    self._tune(cfg, state, run)
                 if not state.reached("gated"):
-                    self._gate(round_cfg, state, run)
+                    self._gate(cfg, state, run)
             self._record(cfg, state, run)
         except BaseException as exc:
             self._fail(state, exc)
@@ -174,31 +178,46 @@ class Flywheel:
     def _plan(self, cfg: ForgeConfig, state: RoundState) -> None:
         history = read_history(cfg, self.tracker.client, self.tracker.experiment_id, self.project.output)
         console.print(f"[bold]round {state.round}[/]: planning ({self.planner.backend})")
-        outcome: PlanOutcome = self.planner.plan(cfg, history, state.round, self._remaining_s())
+        outcome = self.planner.plan(cfg, history, state.round, self._remaining_s())
         plan = outcome.plan
         if plan.forge_yaml_patches:
             patch_config(self.project.config_file, plan.forge_yaml_patches)
         journal.append_background(self.project, state.round, plan.background_additions)
         failpoint("flywheel.plan")
-        state.plan = plan.to_dict()
-        state.planner = {
-            "source": outcome.source,
-            "fallback": outcome.fallback,
-            "reason": outcome.reason,
-            "usage": asdict(outcome.usage),
-            "cost_usd": outcome.usage.cost_usd(cfg.planner),
-        }
+        state.plan, state.planner = plan, PlannerRecord.of(outcome, cfg)
         state.stage = "planned"
         save_state(self.project, state)
         console.print(f"  {plan.hypothesis}", highlight=False)
         if outcome.fallback:
             console.print(f"  [yellow]offline plan used[/]: {outcome.reason}", highlight=False)
 
-    def _open_run(self, state: RoundState) -> TrackedRun:
-        """Return the round run: the one this round already has (reopened), or a new one."""
+    def _round_config(self, state: RoundState) -> ForgeConfig:
+        """Return the round's one config: forge.yaml (the plan's patches written), the command line, the plan.
+
+        A round whose run is already open keeps the config that run logged: a setting changed
+        since applies from the next round, except one its trials' checkpoints depend on (refused).
+        """
+        fresh = state.plan.apply(compose_config(self.project, self.overrides))
+        if state.experiment_path and state.checkpoint_shape:
+            check_resumable(state, checkpoint_shape(fresh, parse_space(fresh.tune.space)))
+        if state.config is None:
+            return fresh
+        saved = validate_config({**state.config, "project_dir": str(self.project.root)})
+        changed = changed_keys(config_params(saved), config_params(fresh))
+        if not changed:
+            return fresh
+        console.print(
+            f"[yellow]round {state.round} continues under the config its run logged; changed since: "
+            f"{', '.join(changed)} (from round {state.round + 1} on)[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return saved
+
+    def _open_run(self, state: RoundState, cfg: ForgeConfig) -> TrackedRun:
+        """Return the round run: the one this round already has (reopened), or a new one logging `cfg`."""
         if state.round_run_id:
-            self.tracker.client.update_run(state.round_run_id, status="RUNNING")
-            return TrackedRun(self.tracker.client, state.round_run_id)
+            return self.tracker.reopen(state.round_run_id)
         plan, planner = state.plan, state.planner
         run = self.tracker.start_run(
             f"round-{state.round:03d}",
@@ -206,26 +225,28 @@ class Flywheel:
                 "forge.kind": "round",
                 "forge.round": f"round-{state.round:03d}",
                 "forge.flywheel": "true",
-                "forge.hypothesis": plan["hypothesis"][:4000],
-                "forge.planner": planner["source"],
-                "forge.planner.fallback": str(planner["fallback"]).lower(),
-                "forge.planner.fallback_reason": planner["reason"][:4000] or None,
+                "forge.hypothesis": plan.hypothesis[:4000],
+                "forge.planner": planner.source,
+                "forge.planner.fallback": str(planner.fallback).lower(),
+                "forge.planner.fallback_reason": planner.reason[:4000] or None,
             },
+            cfg=cfg,
         )
-        run.log_params(config_params(self.cfg))
-        usage = Usage(**planner["usage"])
-        run.log_metrics(usage.metrics(self.cfg.planner))
+        run.log_params(config_params(cfg))
+        run.log_metrics(planner.usage.metrics(cfg.planner))
         with tempfile.TemporaryDirectory() as tmp:
-            (Path(tmp) / "plan.json").write_text(json.dumps({"plan": plan, "planner": planner}, indent=2))
+            (Path(tmp) / "plan.json").write_text(
+                json.dumps({"plan": asdict(plan), "planner": asdict(planner)}, indent=2)
+            )
             run.log_artifacts(Path(tmp), "round")
-        state.round_run_id = run.run_id
+        state.round_run_id, state.config = run.run_id, config_to_dict(cfg)
         save_state(self.project, state)
         return run
 
-    def _augment(self, cfg: ForgeConfig, state: RoundState, plan: ExperimentPlan, run: TrackedRun) -> None:
+    def _augment(self, cfg: ForgeConfig, state: RoundState, run: TrackedRun) -> None:
         claude = make_client(cfg.planner) if self.planner.backend == "claude" else None
         failures = read_failures(self.project.output / FAILURES_FILE)
-        result = augment_data(cfg, self.project, plan, state.round, failures=failures, claude=claude)
+        result = augment_data(cfg, self.project, state.plan, state.round, failures=failures, claude=claude)
         failpoint("flywheel.augment")
         data = load_project_data(self.project, cfg.task)
         run.log_metrics(result.metrics() | result.usage.metrics(cfg.planner, prefix="augment"))
@@ -238,22 +259,15 @@ class Flywheel:
         if cfg.tracking.log_datasets:
             canonical = self.project.resolve(cfg.task.canonical_path)
             run.log_dataset("canonical", data.train + data.dev, result.dataset_hash, canonical, "training")
-        state.augment = {
-            "added": result.added,
-            "size": result.size,
-            "hash": result.dataset_hash,
-            "writer": result.writer,
-        }
+        state.augment = AugmentSummary(result.added, result.size, result.dataset_hash, result.writer)
         state.stage = "augmented"
         save_state(self.project, state)
         console.print(f"  data: +{result.added} examples ({result.writer}), {result.size} in canonical")
 
-    def _tune(self, cfg: ForgeConfig, state: RoundState, plan: ExperimentPlan, run: TrackedRun) -> None:
+    def _tune(self, cfg: ForgeConfig, state: RoundState, run: TrackedRun) -> None:
         history = read_history(cfg, self.tracker.client, self.tracker.experiment_id, self.project.output)
-        params = parse_space(plan.search_space)
+        params = parse_space(cfg.tune.space)
         shape = checkpoint_shape(cfg, params)
-        if state.experiment_path and state.checkpoint_shape:
-            check_resumable(state, shape)
 
         def remember(path: str) -> None:  # a new Ray Tune experiment: its checkpoints have this shape
             state.experiment_path, state.checkpoint_shape = path, shape
@@ -263,7 +277,6 @@ class Flywheel:
         self._resources.enter_context(ray_runtime(self.cfg.tune))
         result = run_round(
             cfg,
-            plan.search_space,
             warm_start=history.warm_start(params, cfg.tune.metric),
             round_run=run,
             name=f"round-{state.round:03d}",
@@ -276,40 +289,34 @@ class Flywheel:
         if result.restore_problem:
             run.set_tags({"forge.restore_failed": result.restore_problem[:4000]})
         best = result.best
-        state.best = {
-            "trial_id": best.trial_id,
-            "run_id": best.run_id,
-            "checkpoint": best.checkpoint,
-            "metrics": best.metrics,
-            "base": asdict(result.base),
-            "restored": result.restored,
-        }
+        state.best = BestTrial(
+            best.trial_id, best.run_id, best.checkpoint, best.metrics, result.base, result.restored
+        )
         state.stage = "tuned"
         save_state(self.project, state)
 
     def _gate(self, cfg: ForgeConfig, state: RoundState, run: TrackedRun) -> None:
         best = state.best
-        base = BaseModelRef(**best["base"])
         data = load_project_data(self.project, cfg.task)
-        adapter_dir = self._adapter_dir(cfg, best, base)
+        adapter_dir = self._adapter_dir(cfg, best)
         report = evaluate_adapter(
-            cfg, self.project, base, adapter_dir, data.gold, system_prompt=data.system_prompt
+            cfg, self.project, best.base, adapter_dir, data.gold, system_prompt=data.system_prompt
         )
         outcome = GoldOutcome.from_report(report, data.hashes["gold"])
         metrics = report.metrics("gold")
         run.log_metrics(metrics)
-        if best.get("run_id"):
-            TrackedRun(self.tracker.client, best["run_id"]).log_metrics(metrics)
+        if best.run_id:
+            TrackedRun(self.tracker.client, best.run_id).log_metrics(metrics)
         results, failures = write_report(
-            report, self.project.output, {"run_id": best.get("run_id"), "round": state.round, "split": "gold"}
+            report, self.project.output, {"run_id": best.run_id, "round": state.round, "split": "gold"}
         )
         run.log_artifact(results, "round/gold")
         run.log_artifact(failures, "round/gold")
         failpoint("flywheel.gold_eval")
         version = self.registry.register(
-            best["run_id"],
+            best.run_id,
             adapter_dir=adapter_dir,
-            base=base,
+            base=best.base,
             system_prompt=data.system_prompt,
             system_role=cfg.model.system_role,
             max_new_tokens=cfg.eval.max_new_tokens,
@@ -318,7 +325,7 @@ class Flywheel:
             tags={
                 "forge.round": state.round,
                 "forge.round_run_id": run.run_id,
-                "forge.hypothesis": state.plan["hypothesis"][:4000],
+                "forge.hypothesis": state.plan.hypothesis[:4000],
             },
         )
         failpoint("flywheel.register")
@@ -331,14 +338,14 @@ class Flywheel:
             }
         )
         champion = self.registry.champion()
-        state.gate = {
-            "version": str(version.version),
-            "promoted": decision.promote,
-            "reasons": decision.reasons,
-            "gold_accuracy": report.accuracy,
-            "gold_per_category": outcome.per_category,
-            "champion_accuracy": champion[1].accuracy if champion else None,
-        }
+        state.gate = GateRecord(
+            version=str(version.version),
+            promoted=decision.promote,
+            reasons=decision.reasons,
+            gold_accuracy=report.accuracy,
+            gold_per_category=outcome.per_category,
+            champion_accuracy=champion.accuracy if champion else None,
+        )
         state.stage = "gated"
         save_state(self.project, state)
         verdict = "[green]promoted to champion[/]" if decision.promote else "[yellow]not promoted[/]"
@@ -346,10 +353,10 @@ class Flywheel:
             f"  gold accuracy {report.accuracy:.3f} — v{version.version} {verdict} ({'; '.join(decision.reasons)})"
         )
 
-    def _adapter_dir(self, cfg: ForgeConfig, best: dict[str, Any], base: BaseModelRef) -> Path:
+    def _adapter_dir(self, cfg: ForgeConfig, best: BestTrial) -> Path:
         """Copy the best checkpoint's adapter (not its optimizer state) to output/adapters/<run id>."""
-        target = self.project.output / "adapters" / (best.get("run_id") or best["trial_id"])
-        source = Path(best["checkpoint"] or "")
+        target = self.project.output / "adapters" / (best.run_id or best.trial_id)
+        source = Path(best.checkpoint or "")
         if not (source / "adapter_config.json").is_file():
             raise RuntimeFault(f"the best trial's checkpoint {source} holds no adapter")
         tmp = target.with_name(target.name + ".tmp")
@@ -357,40 +364,36 @@ class Flywheel:
         tmp.mkdir(parents=True)
         copy_adapter(source, tmp)
         if not (tmp / "tokenizer_config.json").is_file():
-            load_tokenizer(base, cfg.model, self.project).save_pretrained(str(tmp))
+            load_tokenizer(best.base, cfg.model, self.project).save_pretrained(str(tmp))
         shutil.rmtree(target, ignore_errors=True)
         tmp.rename(target)
         return target
 
     def _record(self, cfg: ForgeConfig, state: RoundState, run: TrackedRun) -> None:
-        gate = state.gate
+        gate, best, augment = state.gate, state.best, state.augment
         failures = read_failures(self.project.output / FAILURES_FILE) if gate else []
-        by_category: dict[str, int] = {}
-        for row in failures:
-            name = str(row.get("category") or "uncategorized")
-            by_category[name] = by_category.get(name, 0) + 1
+        by_category = Counter(str(row.get("category") or "uncategorized") for row in failures)
         record = journal.RoundRecord(
-            iteration=state.round,
-            hypothesis=state.plan["hypothesis"],
+            round=state.round,
+            hypothesis=state.plan.hypothesis,
             plan=state.plan,
-            planner=state.planner["source"] + (" (fallback)" if state.planner["fallback"] else ""),
-            dev_accuracy=state.best.get("metrics", {}).get("dev/accuracy"),
-            gold_accuracy=gate.get("gold_accuracy"),
-            gold_per_category=gate.get("gold_per_category", {}),
-            promoted=bool(gate.get("promoted")),
-            gate_reasons=gate.get("reasons", []),
-            champion_accuracy=gate.get("champion_accuracy"),
-            dataset_hash=state.augment.get("hash", ""),
-            dataset_size=state.augment.get("size", 0),
-            examples_added=state.augment.get("added", 0),
+            planner=state.planner.label,
+            dev_accuracy=best.metrics.get("dev/accuracy") if best else None,
+            gold_accuracy=gate.gold_accuracy if gate else None,
+            gold_per_category=gate.gold_per_category if gate else {},
+            promoted=bool(gate and gate.promoted),
+            gate_reasons=gate.reasons if gate else [],
+            champion_accuracy=gate.champion_accuracy if gate else None,
+            dataset_hash=augment.hash if augment else "",
+            dataset_size=augment.size if augment else 0,
+            examples_added=augment.added if augment else 0,
             round_run_id=run.run_id,
-            best_run_id=state.best.get("run_id"),
-            version=gate.get("version"),
+            best_run_id=best.run_id if best else None,
+            version=gate.version if gate else None,
             wall_s=time.time() - state.started,
-            failures_by_category=dict(sorted(by_category.items(), key=lambda kv: -kv[1])),
+            failures_by_category=dict(by_category.most_common()),
         )
-        records = [r for r in journal.read_records(self.project) if r.get("iteration") != state.round]
-        records = [*records, asdict(record)]
+        records = [r for r in journal.read_records(self.project) if r.round != state.round] + [record]
         journal.write_context(self.project, records, cfg.eval.target_accuracy, cfg.flywheel.context_max_chars)
         journal.write_plan(self.project, state.round, state.plan, record.planner, record.champion_accuracy)
         plot = journal.plot_rounds(records, self.project.output / "plots" / "gold_accuracy.png")
@@ -404,7 +407,7 @@ class Flywheel:
             journal.git_commit(
                 self.project, f"forge iter {state.round}: {accuracy} — {record.hypothesis[:120]}"
             )
-        self._kill_children(run.run_id)  # trial runs of an attempt that was not restored
+        self.tracker.end_children(run.run_id)  # trial runs of an attempt that was not restored
         journal.append_record(self.project, record)  # the round counts as done from here
         failpoint("flywheel.record")
         run.finish("FINISHED")
@@ -435,7 +438,8 @@ class Flywheel:
         )
         run_id = state.round_run_id
         if not kept:
-            state.round_run_id, state.experiment_path, state.checkpoint_shape = None, None, {}
+            state.round_run_id, state.config = None, None
+            state.experiment_path, state.checkpoint_shape = None, {}
             if state.reached("tuned"):
                 state.stage = "augmented"
         save_state(self.project, state)  # the local record first: MLflow may be the thing that failed
@@ -448,48 +452,17 @@ class Flywheel:
             run = TrackedRun(self.tracker.client, run_id)
             run.set_tags({"forge.error": error})
             run.finish("KILLED" if kept else "FAILED")
-            self._kill_children(run_id)
+            self.tracker.end_children(run_id)
         except Exception as mlflow_exc:  # the round is already recorded locally; the next run tidies up
             log.warning("could not mark round run %s: %s", run_id, mlflow_exc)
-
-    def _close_stale_runs(self, state: RoundState | None) -> None:
-        """Mark the round runs (and their trial runs) a killed flywheel left RUNNING as KILLED.
-
-        The round being resumed keeps its run; runs of other commands (`forge-ml train`) are not touched.
-        """
-        keep = state.round_run_id if state else None
-        rounds = self.tracker.client.search_runs(
-            [self.tracker.experiment_id],
-            filter_string="tags.`forge.flywheel` = 'true' and attributes.status = 'RUNNING'",
-            max_results=10_000,
-        )
-        for run in rounds:
-            if run.info.run_id == keep:
-                continue
-            self._kill_children(run.info.run_id)
-            self.tracker.client.set_tag(run.info.run_id, "forge.error", "left RUNNING by a stopped flywheel")
-            self.tracker.client.set_terminated(run.info.run_id, status="KILLED")
-
-    def _kill_children(self, run_id: str) -> None:
-        for child in self.tracker.client.search_runs(
-            [self.tracker.experiment_id],
-            filter_string=f"tags.`mlflow.parentRunId` = '{run_id}' and attributes.status = 'RUNNING'",
-            max_results=10_000,
-        ):
-            self.tracker.client.set_terminated(child.info.run_id, status="KILLED")
-
-    def _finish_run(self, run_id: str | None) -> None:
-        if run_id:
-            self._kill_children(run_id)
-            self.tracker.client.set_terminated(run_id, status="FINISHED")
 
     def _rebaseline(self, gold_hash: str) -> None:
         """Re-measure the champion on the current gold set, so later rounds compare like with like."""
         champion = self.registry.champion()
-        if champion is None or champion[1].gold_hash == gold_hash:
+        if champion is None or champion.outcome.gold_hash == gold_hash:
             console.print("re-baseline: nothing to do (no champion, or gold unchanged)")
             return
-        version, old = champion
+        version, old = champion.version, champion.outcome
         data = load_project_data(self.project, self.cfg.task)
         outputs = self.registry.load(version.version).predict([ex.user for ex in data.gold])
         scorer = make_scorer(self.cfg.eval, self.project.root)

@@ -1,49 +1,139 @@
-"""The flywheel's own bookkeeping: one process per project (a lock), and where the current round stands.
+"""Where the current round stands, typed: `output/flywheel_state.json`.
 
-`output/flywheel_state.json` names the round in progress and its last completed stage
-(planned → augmented → tuned → gated), its round run and its Ray Tune experiment directory, so a
-killed run resumes where it stopped. A round counts as done once its line is in experiments.jsonl.
+It names the round in progress and its last completed stage (planned → augmented → tuned →
+gated), the plan, the round's config (fixed when its MLflow run opens), its round run and its
+Ray Tune experiment directory, so a killed run resumes where it stopped. A round counts as done
+once its line is in experiments.jsonl. State written by earlier versions (the same keys, with
+`{}` for a stage not reached) is read as it is.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import socket
 import time
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from forge_ml.config import ForgeConfig, config_to_dict
 from forge_ml.errors import ConfigError, InputError
-from forge_ml.fileio import atomic_write_json, pid_alive
+from forge_ml.fileio import atomic_write_json
+from forge_ml.llm import Usage
+from forge_ml.models.loader import BaseModelRef
+from forge_ml.planner import PlanOutcome, PlanSource
+from forge_ml.planner.plan import ExperimentPlan
 from forge_ml.project import Project
 from forge_ml.search import SearchParam
 from forge_ml.secrets import flatten
 
-LOCK = "flywheel.lock"
 STATE = "flywheel_state.json"
-STAGES = ("planned", "augmented", "tuned", "gated")
-HALF_WRITTEN_S = 10.0  # an empty lock file older than this was left by a killed process
+Stage = Literal["new", "planned", "augmented", "tuned", "gated"]
+STAGES: tuple[Stage, ...] = ("planned", "augmented", "tuned", "gated")
+
+
+@dataclass
+class PlannerRecord:
+    """Who planned the round, whether the offline plan stood in for Claude's and why, and what it cost."""
+
+    source: PlanSource
+    fallback: bool = False
+    reason: str = ""
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+
+    @classmethod
+    def of(cls, outcome: PlanOutcome, cfg: ForgeConfig) -> PlannerRecord:
+        return cls(
+            outcome.source,
+            outcome.fallback,
+            outcome.reason,
+            outcome.usage,
+            outcome.usage.cost_usd(cfg.planner),
+        )
+
+    @property
+    def label(self) -> str:
+        return self.source + (" (fallback)" if self.fallback else "")
+
+
+@dataclass
+class AugmentSummary:
+    """What the round's augmentation added to canonical.jsonl."""
+
+    added: int
+    size: int
+    hash: str
+    writer: str
+
+
+@dataclass
+class BestTrial:
+    """The round's best trial: where its adapter is and what it was trained on."""
+
+    trial_id: str
+    run_id: str | None
+    checkpoint: str | None
+    metrics: dict[str, float]
+    base: BaseModelRef
+    restored: bool = False
+
+
+@dataclass
+class GateRecord:
+    """The gate's decision on the round's registry version."""
+
+    version: str
+    promoted: bool
+    reasons: list[str]
+    gold_accuracy: float
+    gold_per_category: dict[str, float]
+    champion_accuracy: float | None
 
 
 @dataclass
 class RoundState:
     round: int
-    stage: str = "new"
+    stage: Stage = "new"
     round_run_id: str | None = None
-    plan: dict[str, Any] = field(default_factory=dict)
-    planner: dict[str, Any] = field(default_factory=dict)  # source, fallback, reason, usage
+    plan: ExperimentPlan | None = None
+    planner: PlannerRecord | None = None
+    config: dict[str, Any] | None = None  # the round's config as its run logged it
     experiment_path: str | None = None
     checkpoint_shape: dict[str, Any] = field(default_factory=dict)  # what its trial checkpoints need
-    augment: dict[str, Any] = field(default_factory=dict)
-    best: dict[str, Any] = field(default_factory=dict)  # trial_id, run_id, checkpoint, metrics
-    gate: dict[str, Any] = field(default_factory=dict)  # version, promoted, reasons, gold
+    augment: AugmentSummary | None = None
+    best: BestTrial | None = None
+    gate: GateRecord | None = None
     started: float = field(default_factory=time.time)
 
-    def reached(self, stage: str) -> bool:
+    def reached(self, stage: Stage) -> bool:
         return self.stage in STAGES and STAGES.index(self.stage) >= STAGES.index(stage)
+
+
+def _part(cls: type, data: Any) -> Any:
+    """Return the dataclass `cls` built from its saved form; None for a stage not reached (`{}`/null)."""
+    if not data:
+        return None
+    if cls is PlannerRecord:
+        data = {**data, "usage": Usage(**data.get("usage", {}))}
+    if cls is BestTrial:
+        data = {**data, "base": BaseModelRef(**data["base"])}
+    known = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def state_from_dict(data: dict[str, Any]) -> RoundState:
+    """Return the typed state of its saved form (this version's or an earlier one); TypeError/KeyError if damaged."""
+    if data.get("stage", "new") not in get_args(Stage):
+        raise ValueError(f"unknown stage {data.get('stage')!r}")
+    parts = {
+        "plan": ExperimentPlan,
+        "planner": PlannerRecord,
+        "augment": AugmentSummary,
+        "best": BestTrial,
+        "gate": GateRecord,
+    }
+    known = {f.name for f in fields(RoundState)}
+    plain = {k: v for k, v in data.items() if k in known and k not in parts}
+    return RoundState(**plain, **{name: _part(cls, data.get(name)) for name, cls in parts.items()})
 
 
 def load_state(project: Project) -> RoundState | None:
@@ -52,61 +142,16 @@ def load_state(project: Project) -> RoundState | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8")).get("current")
-    except (json.JSONDecodeError, AttributeError) as exc:
+        return state_from_dict(data) if data else None
+    except (json.JSONDecodeError, AttributeError, TypeError, KeyError, ValueError) as exc:
         raise InputError(
-            f"{path}: unreadable flywheel state ({exc}); remove it to start the round again"
+            f"{path}: unreadable flywheel state ({type(exc).__name__}: {exc}); "
+            "remove it to start the round again"
         ) from None
-    if not data:
-        return None
-    known = {f.name for f in fields(RoundState)}
-    return RoundState(**{k: v for k, v in data.items() if k in known})
 
 
 def save_state(project: Project, state: RoundState | None) -> None:
     atomic_write_json(project.output / STATE, {"current": asdict(state) if state else None})
-
-
-class ProjectLock:
-    """An exclusive lock file: a second flywheel on the same project is refused; a dead owner's lock is taken over."""
-
-    def __init__(self, project: Project) -> None:
-        self.path = project.output / LOCK
-        self.recovered = False  # took over the lock of a process that is gone
-        self.recovered_from: int | None = None  # its pid, when the lock names one
-
-    def __enter__(self) -> ProjectLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(2):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                owner = self._owner()
-                same_host = owner.get("host") == socket.gethostname()
-                dead = same_host and isinstance(owner.get("pid"), int) and not pid_alive(owner["pid"])
-                # a process killed between creating the lock and writing its pid leaves it empty
-                half_written = not owner and time.time() - self.path.stat().st_mtime > HALF_WRITTEN_S
-                if dead or half_written:
-                    self.recovered, self.recovered_from = True, owner.get("pid")
-                    self.path.unlink(missing_ok=True)
-                    continue
-                raise InputError(
-                    f"{self.path}: another forge-ml flywheel (pid {owner.get('pid')} on {owner.get('host')}) "
-                    "is running on this project; wait for it, or remove the lock if that process is gone"
-                ) from None
-            with os.fdopen(fd, "w") as fh:
-                json.dump({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}, fh)
-            return self
-        raise InputError(f"{self.path}: could not take the project lock")
-
-    def __exit__(self, *exc: object) -> None:
-        if self._owner().get("pid") == os.getpid():
-            self.path.unlink(missing_ok=True)
-
-    def _owner(self) -> dict[str, Any]:
-        try:
-            return json.loads(Path(self.path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            return {}
 
 
 # -- resuming trials: a Ray Tune experiment continues only under the config its checkpoints need --
@@ -121,12 +166,16 @@ def checkpoint_shape(cfg: ForgeConfig, params: dict[str, SearchParam]) -> dict[s
     return {k: v for k, v in sorted(flat.items()) if k.startswith(CHECKPOINT_KEYS) and k not in params}
 
 
+def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Return {key: (old, new)} for every flat key whose value differs."""
+    return {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)}
+
+
 def check_resumable(state: RoundState, shape: dict[str, Any]) -> None:
     """Refuse to continue trials whose checkpoints were written under a different shape."""
-    old = state.checkpoint_shape
-    changed = [k for k in sorted(set(old) | set(shape)) if old.get(k) != shape.get(k)]
+    changed = changed_keys(state.checkpoint_shape, shape)
     if changed:
-        details = ", ".join(f"{k}: {old.get(k)!r} → {shape.get(k)!r}" for k in changed)
+        details = ", ".join(f"{k}: {old!r} → {new!r}" for k, (old, new) in changed.items())
         raise ConfigError(
             f"round {state.round}: the config changed since its trials wrote their checkpoints in "
             f"{state.experiment_path} ({details}); they cannot be resumed with it. Put the "

@@ -311,3 +311,13 @@ def model_card(facts: CardFacts) -> str:
         lines += [facts.system_prompt.strip(), "```", ""]
     lines += _usage(facts)
     return redact_text("\n".join(lines).rstrip("\n") + "\n")
+
+
+def hub_snapshot(repo_id: str, revision: str | None) -> str:
+    """Return the local directory of a Hub model, downloading it once for every trial of the round."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(repo_id, revision=revision)
+    except Exception as exc:
+        raise RuntimeFault(f"model.name_or_path: cannot fetch {repo_id!r} from the Hub ({exc})") from exc

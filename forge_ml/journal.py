@@ -12,11 +12,12 @@ import json
 import logging
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from forge_ml.fileio import atomic_write_json, atomic_write_text
+from forge_ml.planner.plan import ExperimentPlan
 from forge_ml.project import Project
 from forge_ml.secrets import redact_text
 
@@ -30,11 +31,11 @@ BACKGROUND = "BACKGROUND.md"
 
 @dataclass
 class RoundRecord:
-    """One line of experiments.jsonl."""
+    """One line of experiments.jsonl (earlier versions named the round `iteration`; such lines are still read)."""
 
-    iteration: int
+    round: int
     hypothesis: str
-    plan: dict[str, Any]
+    plan: ExperimentPlan
     planner: str
     dev_accuracy: float | None
     gold_accuracy: float | None
@@ -51,34 +52,43 @@ class RoundRecord:
     wall_s: float
     failures_by_category: dict[str, int] = field(default_factory=dict)
 
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> RoundRecord:
+        """Return the record of one experiments.jsonl line (KeyError/TypeError when it is not one)."""
+        if "round" not in row and "iteration" in row:
+            row = {**row, "round": row["iteration"]}
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in row.items() if k in known} | {"plan": ExperimentPlan(**row["plan"])})
 
-def write_heartbeat(project: Project, iteration: int, status: str, **extra: Any) -> None:
-    data = {"iteration": iteration, "status": status, "timestamp": time.time(), **extra}
+
+def write_heartbeat(project: Project, round_number: int, status: str, **extra: Any) -> None:
+    data = {"round": round_number, "status": status, "timestamp": time.time(), **extra}
     if "error" in data:
         data["error"] = redact_text(str(data["error"]))
     atomic_write_json(project.output / HEARTBEAT, data)
 
 
-def read_records(project: Project) -> list[dict[str, Any]]:
+def read_records(project: Project) -> list[RoundRecord]:
+    """Return the rounds recorded in experiments.jsonl, oldest first (an unreadable line is skipped, with a warning)."""
     path = project.output / EXPERIMENTS
     if not path.is_file():
         return []
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            log.warning("%s: skipping an unreadable line", path)
-    return rows
+            rows.append(RoundRecord.from_dict(json.loads(line)))
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+            log.warning("%s:%d: skipping an unreadable line", path, number)
+    return sorted(rows, key=lambda r: r.round)
 
 
 def append_record(project: Project, record: RoundRecord) -> None:
     """Add the round's line; a round already recorded (a resumed run) is replaced, not repeated."""
-    rows = [r for r in read_records(project) if r.get("iteration") != record.iteration]
-    rows.append(record.__dict__)
-    rows.sort(key=lambda r: r.get("iteration", 0))
+    rows = [r for r in read_records(project) if r.round != record.round]
+    rows = sorted([*rows, record], key=lambda r: r.round)
     atomic_write_text(
-        project.output / EXPERIMENTS, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+        project.output / EXPERIMENTS,
+        "".join(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in rows),
     )
 
 
@@ -86,7 +96,7 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 100:.1f}%"
 
 
-def write_context(project: Project, records: list[dict[str, Any]], target: float, max_chars: int) -> None:
+def write_context(project: Project, records: list[RoundRecord], target: float, max_chars: int) -> None:
     """Rewrite AGENT_CONTEXT.md from the records: scores, failure taxonomy, what worked; newest part kept."""
     head = "\n".join(
         [
@@ -99,26 +109,26 @@ def write_context(project: Project, records: list[dict[str, Any]], target: float
     sections: list[str] = []
     best: float | None = None
     for r in records:
-        gold = r.get("gold_accuracy")
+        gold = r.gold_accuracy
         improved = gold is not None and (best is None or gold > best)
         lines = [
-            f"## Round {r['iteration']}: gold {_pct(gold)}"
-            + (" — promoted" if r.get("promoted") else "")
+            f"## Round {r.round}: gold {_pct(gold)}"
+            + (" — promoted" if r.promoted else "")
             + (" — new best" if improved else ""),
-            f"- hypothesis: {r.get('hypothesis', '')}",
-            f"- planner: {r.get('planner', '')}; data: {r.get('dataset_size', 0)} examples "
-            f"(+{r.get('examples_added', 0)})",
-            f"- search space: {json.dumps(r.get('plan', {}).get('search_space', {}))}",
+            f"- hypothesis: {r.hypothesis}",
+            f"- planner: {r.planner}; data: {r.dataset_size} examples (+{r.examples_added})",
+            f"- search space: {json.dumps(r.plan.search_space)}",
         ]
-        per_cat = r.get("gold_per_category") or {}
-        if per_cat:
-            weakest = sorted(per_cat.items(), key=lambda kv: kv[1])[:4]
+        if r.gold_per_category:
+            weakest = sorted(r.gold_per_category.items(), key=lambda kv: kv[1])[:4]
             lines.append("- weakest categories: " + ", ".join(f"{k} {_pct(v)}" for k, v in weakest))
-        failures = r.get("failures_by_category") or {}
-        if failures:
-            lines.append("- gold failures by category: " + ", ".join(f"{k} {v}" for k, v in failures.items()))
-        if r.get("gate_reasons"):
-            lines.append("- gate: " + "; ".join(r["gate_reasons"]))
+        if r.failures_by_category:
+            lines.append(
+                "- gold failures by category: "
+                + ", ".join(f"{k} {v}" for k, v in r.failures_by_category.items())
+            )
+        if r.gate_reasons:
+            lines.append("- gate: " + "; ".join(r.gate_reasons))
         sections.append("\n".join(lines) + "\n")
         if improved:
             best = gold
@@ -132,24 +142,24 @@ def write_context(project: Project, records: list[dict[str, Any]], target: float
 
 
 def write_plan(
-    project: Project, iteration: int, plan: dict[str, Any], planner: str, champion: float | None
+    project: Project, round_number: int, plan: ExperimentPlan, planner: str, champion: float | None
 ) -> None:
     text = "\n".join(
         [
             "# Current plan (written by forge-ml)",
             "",
-            f"Round {iteration}, planned by the {planner} planner. Champion gold accuracy: {_pct(champion)}.",
+            f"Round {round_number}, planned by the {planner} planner. Champion gold accuracy: {_pct(champion)}.",
             "",
-            f"**Hypothesis.** {plan.get('hypothesis', '')}",
+            f"**Hypothesis.** {plan.hypothesis}",
             "",
             "**Search space.**",
             "",
-            *(f"- `{k}`: `{v}`" for k, v in plan.get("search_space", {}).items()),
+            *(f"- `{k}`: `{v}`" for k, v in plan.search_space.items()),
             "",
-            f"**Trials.** {plan.get('num_samples')}; fixed: `{json.dumps(plan.get('fixed_overrides', {}))}`",
+            f"**Trials.** {plan.num_samples}; fixed: `{json.dumps(plan.fixed_overrides)}`",
             "",
-            f"**Data.** {plan.get('augment_n', 0)} new examples"
-            + (f" for {', '.join(plan['augment_focus'])}" if plan.get("augment_focus") else "")
+            f"**Data.** {plan.augment_n} new examples"
+            + (f" for {', '.join(plan.augment_focus)}" if plan.augment_focus else "")
             + ".",
             "",
         ]
@@ -157,17 +167,18 @@ def write_plan(
     atomic_write_text(project.root / PLAN, text)
 
 
-def append_background(project: Project, iteration: int, text: str) -> None:
+def append_background(project: Project, round_number: int, text: str) -> None:
     if not text.strip():
         return
     path = project.root / BACKGROUND
     old = path.read_text(encoding="utf-8") if path.is_file() else ""
-    if f"\n## Learned in round {iteration}\n" in old:  # a resumed round planned again
+    heading = f"## Learned in round {round_number}"
+    if f"\n{heading}\n" in old:  # a resumed round planned again
         return
-    atomic_write_text(path, old.rstrip("\n") + f"\n\n## Learned in round {iteration}\n\n{text.strip()}\n")
+    atomic_write_text(path, old.rstrip("\n") + f"\n\n{heading}\n\n{text.strip()}\n")
 
 
-def plot_rounds(records: list[dict[str, Any]], path: Path) -> Path | None:
+def plot_rounds(records: list[RoundRecord], path: Path) -> Path | None:
     """Plot gold accuracy per round, overall and per category; return the PNG (None without matplotlib)."""
     try:
         import matplotlib
@@ -176,16 +187,16 @@ def plot_rounds(records: list[dict[str, Any]], path: Path) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    rows = [r for r in records if r.get("gold_accuracy") is not None]
+    rows = [r for r in records if r.gold_accuracy is not None]
     if not rows:
         return None
-    rounds = [r["iteration"] for r in rows]
+    rounds = [r.round for r in rows]
     fig, ax = plt.subplots(figsize=(8, 5))
-    categories = sorted({c for r in rows for c in (r.get("gold_per_category") or {})})
+    categories = sorted({c for r in rows for c in r.gold_per_category})
     for name in categories:
-        ax.plot(rounds, [r["gold_per_category"].get(name) for r in rows], alpha=0.45, linewidth=1, label=name)
+        ax.plot(rounds, [r.gold_per_category.get(name) for r in rows], alpha=0.45, linewidth=1, label=name)
     ax.plot(
-        rounds, [r["gold_accuracy"] for r in rows], color="black", linewidth=2.5, marker="o", label="overall"
+        rounds, [r.gold_accuracy for r in rows], color="black", linewidth=2.5, marker="o", label="overall"
     )
     ax.set(xlabel="round", ylabel="gold accuracy", ylim=(0, 1.02), title="gold accuracy per round")
     ax.set_xticks(rounds)

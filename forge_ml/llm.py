@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forge_ml.config import PlannerConfig
+from forge_ml.errors import ConfigError
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 _FATAL_NAMES = (
@@ -29,6 +30,18 @@ _SPEND_WORDS = ("credit balance", "spend limit", "billing")
 
 def claude_available() -> bool:
     return bool(os.environ.get(API_KEY_ENV, "").strip())
+
+
+def claude_enabled(planner: PlannerConfig) -> bool:
+    """Return whether Claude takes part: planner.backend=claude, or auto with ANTHROPIC_API_KEY set.
+
+    The one rule for the planner, the data commands, audit and probe. backend=claude without the
+    key is a ConfigError (exit 1) rather than a silent fall-back: the config asked for Claude.
+    """
+    backend = planner.backend
+    if backend == "claude" and not claude_available():
+        raise ConfigError(f"planner.backend=claude needs {API_KEY_ENV} in the environment")
+    return backend == "claude" or (backend == "auto" and claude_available())
 
 
 @dataclass

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import socket
+import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from forge_ml.errors import InputError
+from forge_ml.fileio import pid_alive
 
 CONFIG_FILE = "forge.yaml"
+LOCK = "flywheel.lock"
+HALF_WRITTEN_S = 10.0  # an empty lock file older than this was left by a killed process
 
 
 @dataclass(frozen=True)
@@ -191,3 +198,46 @@ def load_project_function(path: Path, name: str, signature: str) -> Any:
     if not callable(fn):
         raise InputError(f"{path}: defines no function {signature}")
     return fn
+
+
+class ProjectLock:
+    """An exclusive lock file: a second flywheel on the same project is refused; a dead owner's lock is taken over."""
+
+    def __init__(self, project: Project) -> None:
+        self.path = project.output / LOCK
+        self.recovered = False  # took over the lock of a process that is gone
+        self.recovered_from: int | None = None  # its pid, when the lock names one
+
+    def __enter__(self) -> ProjectLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                owner = self._owner()
+                same_host = owner.get("host") == socket.gethostname()
+                dead = same_host and isinstance(owner.get("pid"), int) and not pid_alive(owner["pid"])
+                # a process killed between creating the lock and writing its pid leaves it empty
+                half_written = not owner and time.time() - self.path.stat().st_mtime > HALF_WRITTEN_S
+                if dead or half_written:
+                    self.recovered, self.recovered_from = True, owner.get("pid")
+                    self.path.unlink(missing_ok=True)
+                    continue
+                raise InputError(
+                    f"{self.path}: another forge-ml flywheel (pid {owner.get('pid')} on {owner.get('host')}) "
+                    "is running on this project; wait for it, or remove the lock if that process is gone"
+                ) from None
+            with os.fdopen(fd, "w") as fh:
+                json.dump({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}, fh)
+            return self
+        raise InputError(f"{self.path}: could not take the project lock")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._owner().get("pid") == os.getpid():
+            self.path.unlink(missing_ok=True)
+
+    def _owner(self) -> dict[str, Any]:
+        try:
+            return json.loads(Path(self.path).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return {}

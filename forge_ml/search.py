@@ -14,30 +14,15 @@ schema and, when given, against `bounds` (the keys a planner may touch, with the
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from forge_ml.config import ForgeConfig
+from forge_ml.config.overrides import schema_type, typed_value, with_overrides
+from forge_ml.config.planner import never_searched
 from forge_ml.errors import ConfigError
-
-# Keys no search may touch: identity, paths, tracking, Ray placement and secrets live here.
-NEVER_SEARCHED = (
-    "name",
-    "project_dir",
-    "tracking",
-    "tune",
-    "task",
-    "model.name_or_path",
-    "model.revision",
-    "model.trust_remote_code",
-    "model.chat_template",
-    "eval.scorer_path",
-)
 
 
 @dataclass(frozen=True)
@@ -92,26 +77,13 @@ def _literal(value: Any) -> str:
     return str(value)
 
 
-def schema_type(key: str) -> type:
-    """Return the Python type of a leaf key of the config schema; raise ConfigError when it is none."""
-    node: Any = ForgeConfig
-    for part in key.split("."):
-        hints = typing.get_type_hints(node) if dataclasses.is_dataclass(node) else {}
-        if part not in hints:
-            raise ConfigError(f"search space: '{key}' is not a config key ('{part}' unknown)")
-        node = hints[part]
-    if dataclasses.is_dataclass(node):
-        raise ConfigError(f"search space: '{key}' is a config group, not a value")
-    args = [a for a in typing.get_args(node) if a is not type(None)]
-    if typing.get_origin(node) in (typing.Union, types.UnionType) and len(args) == 1:
-        node = args[0]
-    return node
-
-
 def _check_key(key: str) -> type:
-    if any(key == k or key.startswith(k + ".") for k in NEVER_SEARCHED):
+    if never_searched(key):
         raise ConfigError(f"search space: '{key}' cannot be searched")
-    kind = schema_type(key)
+    try:
+        kind = schema_type(key)
+    except ConfigError as exc:
+        raise ConfigError(f"search space: {exc}") from None
     if kind not in (int, float, bool, str):
         raise ConfigError(
             f"search space: '{key}' holds a {kind}; only numbers, booleans and strings are searched"
@@ -119,14 +91,11 @@ def _check_key(key: str) -> type:
     return kind
 
 
-def _coerce(key: str, kind: type, value: Any) -> Any:
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if kind is int and isinstance(value, float) and value.is_integer():
-        return int(value)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ConfigError(f"search space: '{key}' takes {kind.__name__} values, got {value!r}")
-    return value
+def _coerce(key: str, value: Any) -> Any:
+    try:
+        return typed_value(key, value)
+    except ConfigError as exc:
+        raise ConfigError(f"search space: {exc}") from None
 
 
 def parse_param(key: str, expression: str) -> SearchParam:
@@ -145,10 +114,10 @@ def parse_param(key: str, expression: str) -> SearchParam:
     if isinstance(value, ChoiceSweep):
         if not value.list:
             raise ConfigError(f"search space: {key}={expression!r} has no choices")
-        return SearchParam(key, "choice", tuple(_coerce(key, kind, v) for v in value.list))
+        return SearchParam(key, "choice", tuple(_coerce(key, v) for v in value.list))
     if isinstance(value, RangeSweep):
         points = _range_points(key, expression, value.start, value.stop, value.step)
-        return SearchParam(key, "choice", tuple(_coerce(key, kind, v) for v in points))
+        return SearchParam(key, "choice", tuple(_coerce(key, v) for v in points))
     if isinstance(value, IntervalSweep):
         low, high = float(value.start), float(value.end)
         if not low < high:
@@ -223,9 +192,29 @@ def parse_space(
     return params
 
 
+def check_space(cfg: ForgeConfig, params: Mapping[str, SearchParam]) -> None:
+    """Validate the config at every edge of the space, so no trial can be born invalid."""
+    for param in params.values():
+        edges = list(param.values) if param.kind == "choice" else [param.low, param.high]
+        for value in edges:
+            if param.kind in ("randint", "lograndint"):
+                value = int(value)
+            try:
+                with_overrides(cfg, {param.key: value})
+            except ConfigError as exc:
+                raise ConfigError(
+                    f"search space: {param.key}={value!r} gives an invalid config: {exc}"
+                ) from None
+
+
 def tune_space(params: Mapping[str, SearchParam]) -> dict[str, Any]:
     """Return the Ray Tune param_space for parsed params (flat dotted keys)."""
     return {key: param.to_tune() for key, param in params.items()}
+
+
+def with_space(cfg: ForgeConfig, space: Mapping[str, str]) -> ForgeConfig:
+    """Return `cfg` whose `tune.space` also holds `space` (sweeps given on the command line win)."""
+    return with_overrides(cfg, {"tune.space": {**cfg.tune.space, **space}}) if space else cfg
 
 
 def split_sweep_overrides(overrides: list[str]) -> tuple[dict[str, str], list[str]]:

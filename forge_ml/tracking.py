@@ -220,9 +220,51 @@ class Tracker:
                 redact_text(f"MLflow tracking at {uri} is unavailable ({type(exc).__name__}: {exc})")
             ) from exc
 
-    def start_run(self, run_name: str, tags: Mapping[str, Any] | None = None) -> TrackedRun:
+    def reopen(self, run_id: str) -> TrackedRun:
+        """Return run `run_id` marked RUNNING again (a resumed round keeps its run)."""
+        self.client.update_run(run_id, status="RUNNING")
+        return TrackedRun(self.client, run_id)
+
+    def end_children(self, run_id: str, status: str = "KILLED") -> None:
+        """End the child runs of `run_id` still RUNNING (trial runs of an attempt that was not restored)."""
+        for child in self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`mlflow.parentRunId` = '{run_id}' and attributes.status = 'RUNNING'",
+            max_results=10_000,
+        ):
+            self.client.set_terminated(child.info.run_id, status=status)
+
+    def finish_with_children(self, run_id: str) -> None:
+        """Mark run `run_id` FINISHED, and its children still RUNNING as KILLED."""
+        self.end_children(run_id)
+        self.client.set_terminated(run_id, status="FINISHED")
+
+    def close_stale_runs(self, filter_string: str, reason: str, *, keep: str | None = None) -> int:
+        """Mark runs matching `filter_string` that are still RUNNING (and their children) KILLED; return how many.
+
+        Only for runs whose process is known to be gone: `keep` (a run being resumed) is left alone.
+        """
+        stale = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"{filter_string} and attributes.status = 'RUNNING'",
+            max_results=10_000,
+        )
+        closed = 0
+        for run in stale:
+            if run.info.run_id == keep:
+                continue
+            self.end_children(run.info.run_id)
+            self.client.set_tag(run.info.run_id, "forge.error", reason)
+            self.client.set_terminated(run.info.run_id, status="KILLED")
+            closed += 1
+        return closed
+
+    def start_run(
+        self, run_name: str, tags: Mapping[str, Any] | None = None, *, cfg: ForgeConfig | None = None
+    ) -> TrackedRun:
+        """Return a new run in the experiment, tagged with the hash of `cfg` (default: the tracker's config)."""
         base = {
-            "forge.config_hash": config_hash(self.cfg),
+            "forge.config_hash": config_hash(cfg or self.cfg),
             "forge.git_commit": git_commit(self.project.root),
             "forge.project": str(self.project.root),
         }

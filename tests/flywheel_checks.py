@@ -34,7 +34,42 @@ def assert_consistent(root: Path, rounds: int) -> None:
     assert len(versions) == rounds
     assert len({v.run_id for v in versions}) == rounds
     records = [json.loads(line) for line in (root / "output" / "experiments.jsonl").read_text().splitlines()]
-    assert [r["iteration"] for r in records] == list(range(1, rounds + 1))
+    assert [r["round"] for r in records] == list(range(1, rounds + 1))
+
+
+def assert_trials_ran_their_rounds_config(root: Path) -> int:
+    """Each round run's params are its plan applied, and each trial ran exactly them but for the searched keys.
+
+    Returns how many trial runs were checked.
+    """
+    client, exp = client_for(root)
+    records = {
+        json.loads(line)["round"]: json.loads(line)
+        for line in (root / "output" / "experiments.jsonl").read_text().splitlines()
+    }
+    checked = 0
+    for run in runs_of(root, "round"):
+        plan = records[int(run.info.run_name.rsplit("-", 1)[1])]["plan"]
+        params = run.data.params
+        assert params["tune.num_samples"] == str(plan["num_samples"]), run.info.run_name
+        for key, expression in plan["search_space"].items():
+            assert params[f"tune.space.{key}"] == expression
+        for key, value in plan["fixed_overrides"].items():
+            assert params[key] == str(value), (run.info.run_name, key)
+        trials = client.search_runs(
+            [exp], f"tags.`mlflow.parentRunId` = '{run.info.run_id}'", max_results=100
+        )
+        assert len(trials) == plan["num_samples"], run.info.run_name
+        config = {k: v for k, v in params.items() if not k.startswith("data.")}  # augmentation's own params
+        for trial in trials:
+            differ = {
+                k
+                for k in config.keys() | trial.data.params.keys()
+                if config.get(k) != trial.data.params.get(k)
+            }
+            assert differ <= set(plan["search_space"]), (run.info.run_name, differ)
+            checked += 1
+    return checked
 
 
 # -- files the flywheel rewrites: each change must be a new file renamed over the old one ---------

@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import FAST, run_cli, shrink_jsonl, write_jsonl
+from fake_anthropic import FakeAnthropic
 from mlflow import MlflowClient
 
 from forge_ml.data.examples import read_examples
 from forge_ml.jobs.probe import token_f1
 from forge_ml.project import init_project
-from tests.conftest import FAST, run_cli, shrink_jsonl, write_jsonl
-from tests.fake_anthropic import FakeAnthropic
 
 COMMON = ["command", "success", "exit_code", "run_id", "config_hash"]
 KEYS = {
@@ -422,9 +422,10 @@ def test_probe_a_registered_version(pretrained):
     from peft import LoraConfig, get_peft_model
 
     from forge_ml.compose import compose_config
+    from forge_ml.gate import GoldOutcome
     from forge_ml.jobs.pretrain import configured_base
     from forge_ml.models.loader import load_base_model, load_tokenizer
-    from forge_ml.registry import GoldOutcome, Registry
+    from forge_ml.registry import Registry
 
     project, _, _ = pretrained
     root = project.root

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from tests.conftest import run_cli, write_jsonl
+from conftest import run_cli, write_jsonl
 
 
 def test_init_scaffolds_a_project_that_composes(tmp_path):

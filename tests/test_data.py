@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import write_jsonl
 
 from forge_ml.config import TaskConfig
 from forge_ml.data.examples import Example, dataset_hash, normalize_text, read_examples
 from forge_ml.data.project_data import dedup, load_project_data, split_dev
 from forge_ml.errors import InputError
-from tests.conftest import write_jsonl
 
 
 def rec(user: str, assistant: str = "ok", **meta) -> dict:

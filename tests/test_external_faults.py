@@ -34,6 +34,7 @@ from test_planner import VALID
 
 from forge_ml.compose import compose_config
 from forge_ml.errors import RuntimeFault
+from forge_ml.flywheel_state import PlannerRecord
 from forge_ml.planner import RoundPlanner
 from forge_ml.planner.history import History
 from forge_ml.planner.offline import offline_plan
@@ -155,7 +156,7 @@ def test_500_every_time_falls_back_after_the_configured_retries(fake, project, p
     assert outcome.source == "offline" and outcome.fallback
     assert outcome.plan == offline(cfg)
     assert outcome.reason.startswith("request failed: InternalServerError")
-    assert outcome.tags()["forge.planner.fallback"] == "true"
+    assert PlannerRecord.of(outcome, cfg).label == "offline (fallback)"
     assert "falling back to the offline plan" in caplog.text
     assert KEY not in outcome.reason and KEY not in caplog.text
     assert planner.backend == "claude"  # a server error ends this request only, not Claude's part

@@ -18,6 +18,7 @@ from fake_anthropic import FakeAnthropic
 from flywheel_checks import (
     RewriteWatch,
     assert_consistent,
+    assert_trials_ran_their_rounds_config,
     client_for,
     ray_session_logs,
     runs_of,
@@ -26,7 +27,7 @@ from flywheel_checks import (
 
 from forge_ml.data.examples import read_examples
 from forge_ml.faults import ENV as FAILPOINTS
-from forge_ml.flywheel_state import ProjectLock
+from forge_ml.project import ProjectLock
 
 # Small rounds: two trials of one or two epochs, 30 new examples per round.
 ROUNDS = [*FAST, "tune.num_samples=2", "planner.augment_n=30"]
@@ -54,9 +55,11 @@ def claude_plan(body: dict) -> dict:
     return {
         "hypothesis": f"Claude round {round_number}: a higher rank with a mid learning rate.",
         "search_space": {"training.learning_rate": "tag(log, interval(2e-3, 8e-3))", "lora.r": "choice(4,8)"},
-        "num_samples": 2,
-        "fixed_overrides": {"training.epochs": 2},
-        "forge_yaml_patches": {"training.warmup_ratio": 0.05},
+        # the plan's own trial count and epochs, neither as configured (tune.num_samples=2, training.epochs=2),
+        # and a patch that changes a logged key between rounds: the round run logs what its trials run
+        "num_samples": 3 if round_number == 1 else 1,
+        "fixed_overrides": {"training.epochs": 1},
+        "forge_yaml_patches": {"training.warmup_ratio": 0.05 * round_number},
         "background_additions": f"Round {round_number}: hover answers need seconds.",
         "augment_focus": ["hover"],
         "augment_n": 10,
@@ -119,7 +122,12 @@ def test_claude_flywheel_rounds_gate_record_and_resume(project, monkeypatch, pro
         assert metrics["data/added"] == 10 and 0.0 <= metrics["gold/accuracy"] <= 1.0
         assert tags["forge.gate.decision"] in ("promoted", "refused")
         trials = [t for t in runs_of(root, "trial") if t.data.tags["mlflow.parentRunId"] == run.info.run_id]
-        assert len(trials) == 2 and all(t.data.params["training.epochs"] == "2" for t in trials)
+        number = int(run.info.run_name[-3:])
+        assert len(trials) == (3 if number == 1 else 1)
+        assert all(t.data.params["training.epochs"] == "1" for t in trials)
+        assert run.data.params["tune.num_samples"] == str(len(trials))
+        assert float(run.data.params["training.warmup_ratio"]) == pytest.approx(0.05 * number)
+    assert assert_trials_ran_their_rounds_config(root) == 4
     plots = [a.path for a in client.list_artifacts(rounds[1].info.run_id, "round/plots")]
     assert plots == ["round/plots/gold_accuracy.png"]
     assert {a.path for a in client.list_artifacts(rounds[0].info.run_id, "round/gold")} == {
@@ -139,12 +147,12 @@ def test_claude_flywheel_rounds_gate_record_and_resume(project, monkeypatch, pro
 
     # the project files the loop keeps
     heartbeat = json.loads((root / "output" / "flywheel_heartbeat.json").read_text())
-    assert heartbeat["status"] == "completed" and heartbeat["iteration"] == 2
+    assert heartbeat["status"] == "completed" and heartbeat["round"] == 2
     assert "## Round 2" in (root / "AGENT_CONTEXT.md").read_text()
     assert "Round 2, planned by the claude planner" in (root / "PLAN.md").read_text()
     assert "Round 1: hover answers need seconds." in (root / "BACKGROUND.md").read_text()
     config = (root / "forge.yaml").read_text()
-    assert "warmup_ratio: 0.05" in config and '# compare the "cmd" field' in config  # comments kept
+    assert "warmup_ratio: 0.1" in config and '# compare the "cmd" field' in config  # comments kept
     added = [
         e for e in read_examples(root / "dataset" / "canonical.jsonl") if e.meta.get("source") == "augment"
     ]

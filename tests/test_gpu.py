@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from conftest import FAST
 
 from forge_ml.compose import compose_config
 from forge_ml.jobs.train import run_train
 from forge_ml.models.tiny import build_tiny_model
-from tests.conftest import FAST
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

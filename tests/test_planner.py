@@ -12,6 +12,7 @@ from fake_anthropic import DEFAULT_USAGE, FakeAnthropic, Reply, error_reply
 from forge_ml.augment import allocate, augment_data
 from forge_ml.compose import compose_config
 from forge_ml.data.examples import read_examples
+from forge_ml.flywheel_state import PlannerRecord
 from forge_ml.planner import RoundPlanner, validate_plan
 from forge_ml.planner.history import History, TrialRow
 from forge_ml.planner.offline import offline_plan, trust_radius
@@ -178,7 +179,7 @@ def test_a_plan_still_invalid_after_repair_falls_back_to_the_offline_plan(
     outcome = RoundPlanner(cfg, example_project).plan(cfg, History(), 1)
     assert outcome.source == "offline" and outcome.fallback
     assert fragment in outcome.reason
-    assert outcome.tags()["forge.planner.fallback"] == "true"
+    assert PlannerRecord.of(outcome, cfg).label == "offline (fallback)"
     assert fake.count("/v1/messages") == 2  # the first answer and one repair turn, no more
     assert outcome.plan == offline_plan(cfg, History(), round_number=1)
 

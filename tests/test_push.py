@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import FAST, run_cli, shrink_jsonl
+from hub_stand_in import HubStandIn
 
 from forge_ml.hub import CardFacts, check_repo_id, model_card, repo_name
-from tests.conftest import FAST, run_cli, shrink_jsonl
-from tests.hub_stand_in import HubStandIn
 
 TOKEN = "hf_SENTINELpushsecret0000000001"
 KEYS = ["repo", "model", "version", "aliases", "private", "commit", "commit_url", "url", "files"]
@@ -53,9 +53,10 @@ def registered(tmp_path_factory) -> Registered:
     from forge_ml.compose import compose_config
     from forge_ml.config import GateConfig
     from forge_ml.data.project_data import read_system_prompt
+    from forge_ml.gate import GoldOutcome
     from forge_ml.jobs.train import run_train
     from forge_ml.project import init_project
-    from forge_ml.registry import GoldOutcome, Registry
+    from forge_ml.registry import Registry
     from forge_ml.tracking import Tracker
 
     base = tmp_path_factory.mktemp("push")

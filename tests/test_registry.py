@@ -7,21 +7,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+from conftest import FAST, shrink_jsonl
 
 from forge_ml.config.checks import Problems
 from forge_ml.config.registry import GateConfig, RegistryConfig
 from forge_ml.errors import ConfigError
 from forge_ml.evaluation.report import EvalReport, ScoredExample
-from forge_ml.registry import (
-    CHALLENGER,
-    CHAMPION,
-    GoldOutcome,
-    Registry,
-    decide,
-    mcnemar_exact,
-    save_adapter_model,
+from forge_ml.gate import GoldOutcome, decide, mcnemar_exact
+from forge_ml.models.pyfunc import save_adapter_model
+from forge_ml.registry import CHALLENGER, CHAMPION, Registry
+
+# what save_adapter_model wrote as model_code.py before the pyfunc model moved to forge_ml/models/pyfunc.py
+LEGACY_MODEL_CODE = (
+    "import mlflow\nfrom forge_ml.registry import AdapterModel\n\nmlflow.models.set_model(AdapterModel())\n"
 )
-from tests.conftest import FAST, shrink_jsonl
 
 
 def outcome(bits: str, cats: str | None = None, forbidden: int = 0, gold: str = "gold-1") -> GoldOutcome:
@@ -359,6 +358,36 @@ def test_a_half_logged_model_is_completed_on_retry(trained, models_uri, tmp_path
     assert len(answers) == 1
 
 
+def test_the_old_import_path_keeps_the_moved_names():
+    """forge_ml.registry re-exports the gate and the pyfunc model: older callers and saved models import them."""
+    import forge_ml.registry as registry
+    from forge_ml import gate
+    from forge_ml.models import pyfunc
+
+    assert registry.AdapterModel is pyfunc.AdapterModel
+    assert registry.save_adapter_model is pyfunc.save_adapter_model
+    assert registry.GoldOutcome is gate.GoldOutcome and registry.decide is gate.decide
+    assert "from forge_ml.models.pyfunc import AdapterModel" in pyfunc.MODEL_CODE
+
+
+@pytest.mark.slow
+def test_a_model_saved_with_the_old_model_code_still_loads(trained, tmp_path):
+    """A version saved before forge_ml/models/pyfunc.py existed: its model_code.py imports forge_ml.registry."""
+    import mlflow.pyfunc
+
+    t = trained
+    model_dir = save_adapter_model(
+        tmp_path / "model",
+        adapter_dir=t.summary.adapter_dir,
+        base=t.summary.base,
+        system_prompt=t.system_prompt,
+        system_role=True,
+        max_new_tokens=4,
+    )
+    (model_dir / "model_code.py").write_text(LEGACY_MODEL_CODE, encoding="utf-8")
+    assert len(mlflow.pyfunc.load_model(str(model_dir)).predict(["land"])) == 1
+
+
 @pytest.mark.slow
 def test_load_through_the_registry_client_and_rebaseline(trained):
     """No global tracking URI here: load() reads through the registry's own client."""
@@ -373,7 +402,8 @@ def test_load_through_the_registry_client_and_rebaseline(trained):
         registry.check_gold(remeasured.gold_hash)
     registry.rebaseline(version, remeasured, previous=t.outcome)
     registry.check_gold(remeasured.gold_hash)
-    champion, outcome = registry.champion()
+    found = registry.champion()
+    champion, outcome = found.version, found.outcome
     assert str(champion.version) == str(version.version) and outcome == remeasured
     assert champion.tags["forge.rebaseline.previous_gold_hash"] == t.gold_hash
 

@@ -21,8 +21,9 @@ from fake_anthropic import FakeAnthropic
 from forge_ml.config.registry import RegistryConfig
 from forge_ml.errors import InputError
 from forge_ml.evaluation.judge import parse_scores
+from forge_ml.gate import GoldOutcome
 from forge_ml.jobs.evaluate import parse_registry_uri, split_model_argument
-from forge_ml.registry import CHAMPION, GoldOutcome, Registry
+from forge_ml.registry import CHAMPION, Registry
 
 COMMON = ["command", "success", "exit_code", "run_id", "config_hash"]
 KEYS = {

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import FAST, run_cli
+from flywheel_checks import secret_hits
 from mlflow import MlflowClient
-
-from tests.conftest import FAST, run_cli
-from tests.flywheel_checks import secret_hits
 
 SECRETS = {
     "ANTHROPIC_API_KEY": "sk-ant-api03-SENTINELsecretvalue0001",

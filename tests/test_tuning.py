@@ -7,12 +7,13 @@ import io
 from pathlib import Path
 
 import pytest
+from conftest import FAST, run_cli
 from mlflow import MlflowClient
 
 from forge_ml.compose import compose_config
+from forge_ml.search import with_space
 from forge_ml.trainables.sft import FAULT_ENV, OOM_FAULT_ENV
 from forge_ml.tuning.engine import run_round
-from tests.conftest import FAST, run_cli
 
 pytestmark = pytest.mark.slow
 ROUND = [*FAST, "tune.max_concurrent_trials=2", "tune.resources.cpu=1", "tune.num_cpus=2"]
@@ -31,7 +32,7 @@ def runs_of_kind(project, kind: str) -> list:
 def test_round_leaves_a_round_run_with_one_nested_run_per_trial(small_project):
     cfg = compose_config(small_project, [*ROUND, "tune.num_samples=4", "tune.scheduler=fifo"])
     space = {"lora.r": "choice(4,8)", "training.learning_rate": "tag(log, interval(1e-3, 1e-2))"}
-    result = run_round(cfg, space)
+    result = run_round(with_space(cfg, space))
 
     client, _ = client_for(small_project)
     (round_run,) = runs_of_kind(small_project, "round")
@@ -56,7 +57,11 @@ def test_round_leaves_a_round_run_with_one_nested_run_per_trial(small_project):
     assert result.best.trial_id == best.trial_id
     assert round_run.data.tags["forge.best_trial_id"] == best.trial_id
     assert round_run.data.metrics["best/dev/loss"] == pytest.approx(best.metrics["dev/loss"])
-    assert round_run.data.params["space.lora.r"] == "choice(4,8)"
+    assert round_run.data.params["tune.space.lora.r"] == "choice(4,8)"
+    assert round_run.data.params["tune.num_samples"] == "4"
+    for run in trials:  # a trial ran the round's config with its sampled point set, nothing else changed
+        differ = {k for k, v in run.data.params.items() if round_run.data.params.get(k) != v}
+        assert differ <= set(space), differ
     table = client.download_artifacts(round_run.info.run_id, "round/trials.csv")
     rows = list(csv.DictReader(io.StringIO(Path(table).read_text())))
     assert sorted(r["trial_id"] for r in rows) == sorted(by_id)
@@ -81,7 +86,7 @@ def test_asha_stops_bad_configurations_early(small_project):
     )
     good, bad = {"training.learning_rate": 5e-3}, {"training.learning_rate": 1e-6}
     result = run_round(
-        cfg, {"training.learning_rate": "choice(5e-3, 1e-6)"}, first_points=[good, bad, bad, bad]
+        with_space(cfg, {"training.learning_rate": "choice(5e-3, 1e-6)"}), first_points=[good, bad, bad, bad]
     )
     stopped = [t for t in result.trials if t.status == "STOPPED"]
     assert stopped and all(t.config == bad for t in stopped)
@@ -102,7 +107,7 @@ def test_a_trial_that_crashes_once_resumes_from_its_checkpoint(small_project, mo
         small_project,
         [*ROUND, "training.epochs=3", "tune.num_samples=1", "tune.scheduler=fifo", "tune.max_failures=1"],
     )
-    result = run_round(cfg, {"lora.r": "choice(4)"})
+    result = run_round(with_space(cfg, {"lora.r": "choice(4)"}))
     (trial,) = result.trials
     assert trial.status == "FINISHED"
     client, _ = client_for(small_project)
@@ -129,7 +134,9 @@ def test_a_trial_that_keeps_failing_is_failed_alone_and_the_round_goes_on(small_
     cfg = compose_config(
         small_project, [*ROUND, "tune.num_samples=2", "tune.scheduler=fifo", "tune.max_failures=2"]
     )
-    result = run_round(cfg, {"lora.r": "choice(4,8)"}, first_points=[{"lora.r": 4}, {"lora.r": 8}])
+    result = run_round(
+        with_space(cfg, {"lora.r": "choice(4,8)"}), first_points=[{"lora.r": 4}, {"lora.r": 8}]
+    )
     assert sorted(t.status for t in result.trials) == ["FAILED", "FINISHED"]
     assert result.best.config == {"lora.r": 4}
     trials = {r.data.params["lora.r"]: r for r in runs_of_kind(small_project, "trial")}
@@ -194,5 +201,5 @@ def test_hydra_multirun_through_the_tune_sweeper(small_project):
     sweep_dir = Path(round_run.data.tags["forge.sweep"])
     assert sweep_dir.is_relative_to(small_project.root / "output" / "multirun")
     assert (sweep_dir / "multirun.yaml").is_file()
-    assert round_run.data.params["space.lora.r"] == "choice(4,8)"
+    assert round_run.data.params["tune.space.lora.r"] == "choice(4,8)"
     assert "round-001: best trial" in result.stdout.replace("\n", " ")

@@ -1,168 +1,19 @@
 """Augment: new training examples aimed at a plan's focus and the latest failures, appended to canonical.
 
-Claude writes them (`write_examples`) when the planner uses Claude; otherwise the project's
-generator.py does. Every example is admitted by `validate.admit` (well-formed, accepted by the
-scorer, new, not a gold input) and carries `meta.source`, `meta.round` and `meta.focus`.
-Appending rewrites canonical.jsonl atomically, once per round: a resumed round that already
-added its examples adds nothing again.
+round.py adds a flywheel round's examples (`augment_data`); claude.py and requests.py have Claude
+write them, offline.py runs the project's generator.py, validate.py admits them, categories.py
+reads a `patch` description, provenance.py records the change in MLflow.
 """
 
 from __future__ import annotations
 
-import logging
-from collections import Counter
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from forge_ml.augment.round import (
+    ATTEMPTS,
+    SOURCE,
+    AugmentResult,
+    allocate,
+    append_examples,
+    augment_data,
+)
 
-from forge_ml.augment.offline import GENERATOR_FILE, generate_offline, load_generator
-from forge_ml.augment.validate import admit, refuse_garbage
-from forge_ml.config import ForgeConfig
-from forge_ml.data.examples import dataset_hash, read_examples
-from forge_ml.data.project_data import read_gold, read_system_prompt
-from forge_ml.evaluation.scorers import make_scorer
-from forge_ml.fileio import atomic_write_text
-from forge_ml.llm import Usage
-from forge_ml.planner.plan import ExperimentPlan
-from forge_ml.project import Project
-
-log = logging.getLogger(__name__)
-ATTEMPTS = 3  # generator calls per round to make up for dropped duplicates
-SOURCE = "augment"
-
-
-@dataclass
-class AugmentResult:
-    added: int
-    requested: int
-    writer: str  # claude | generator | none
-    dropped: dict[str, int] = field(default_factory=dict)
-    by_source: dict[str, int] = field(default_factory=dict)
-    by_category: dict[str, int] = field(default_factory=dict)
-    dataset_hash: str = ""
-    size: int = 0
-    resumed: bool = False
-    usage: Usage = field(default_factory=Usage)
-
-    def metrics(self) -> dict[str, float]:
-        data = {"data/added": float(self.added), "data/canonical_size": float(self.size)}
-        data |= {
-            f"data/dropped/{k.replace(' ', '_').replace(chr(39), '')}": float(v)
-            for k, v in self.dropped.items()
-        }
-        return data
-
-
-def _summary(examples: list, result: AugmentResult) -> AugmentResult:
-    result.by_source = dict(Counter(str(e.meta.get("source", "unknown")) for e in examples))
-    result.by_category = dict(Counter(e.category or "uncategorized" for e in examples))
-    result.dataset_hash = dataset_hash(examples)
-    result.size = len(examples)
-    return result
-
-
-def augment_data(
-    cfg: ForgeConfig,
-    project: Project,
-    plan: ExperimentPlan,
-    round_number: int,
-    *,
-    failures: list[dict[str, Any]],
-    claude: Any = None,
-) -> AugmentResult:
-    """Add up to `plan.augment_n` admitted examples to canonical; `claude` is a client or None (offline)."""
-    canonical_path = project.resolve(cfg.task.canonical_path)
-    existing = read_examples(canonical_path, required=False)
-    result = AugmentResult(added=0, requested=plan.augment_n, writer="none")
-    already = [e for e in existing if e.meta.get("round") == round_number and e.meta.get("source") == SOURCE]
-    if already or plan.augment_n <= 0:
-        result.added, result.resumed = len(already), bool(already)
-        return _summary(existing, result)
-
-    gold_examples = read_gold(project, cfg.task)
-    gold = {e.key for e in gold_examples}
-    known = {e.key for e in existing}
-    scorer = make_scorer(cfg.eval, project.root, probe=gold_examples)
-    meta = {"source": SOURCE, "round": round_number, "focus": ",".join(plan.augment_focus)}
-    kept: list = []
-    dropped: Counter = Counter()
-    if claude is not None:
-        from forge_ml.augment.claude import write_examples
-
-        result.writer = "claude"
-        rows = write_examples(
-            claude,
-            cfg.planner,
-            n=plan.augment_n,
-            focus=plan.augment_focus,
-            background=_read(project.root / "BACKGROUND.md"),
-            system_prompt=read_system_prompt(project, cfg.task),
-            samples=existing[:: max(1, len(existing) // 8)][:8],
-            failures=failures,
-            usage=result.usage,
-        )
-        admission = admit(rows, scorer=scorer, known=known, gold=gold, meta=meta)
-        kept, dropped = admission.kept[: plan.augment_n], admission.dropped
-    else:
-        generate = load_generator(project.root)
-        if generate is None:
-            log.warning(
-                "%s: no %s and no Claude; round %d adds no data", project.root, GENERATOR_FILE, round_number
-            )
-            return _summary(existing, result)
-        result.writer = "generator"
-        path = project.root / GENERATOR_FILE
-        for attempt in range(ATTEMPTS):
-            wanted = plan.augment_n - len(kept)
-            seed = cfg.tune.seed * 100_003 + round_number * 101 + attempt
-            rows = []
-            for focus, n in allocate(wanted, plan.augment_focus, failures):
-                rows += generate_offline(generate, path, n, seed=seed, focus=focus)
-            admission = admit(rows, scorer=scorer, known=known, gold=gold, meta=meta)
-            refuse_garbage(path, rows, admission)
-            kept += admission.kept[:wanted]
-            dropped += admission.dropped
-            if len(kept) >= plan.augment_n:
-                break
-    if kept:
-        _append(canonical_path, kept)
-    result.added, result.dropped = len(kept), dict(dropped)
-    return _summary(existing + kept, result)
-
-
-def allocate(n: int, focus: list[str], failures: list[dict[str, Any]]) -> list[tuple[list[str], int]]:
-    """Split `n` examples over the focus categories in proportion to their gold failures.
-
-    Without failure counts for them the split is even (one generator call); without focus,
-    one call covers every category.
-    """
-    if not focus or n <= 0:
-        return [(focus, n)] if n > 0 else []
-    counts = {name: 0 for name in focus}
-    for row in failures:
-        if row.get("category") in counts:
-            counts[row["category"]] += 1
-    total = sum(counts.values())
-    if total == 0:
-        return [(focus, n)]
-    shares = {name: n * c / total for name, c in counts.items()}
-    sizes = {name: int(share) for name, share in shares.items()}
-    by_remainder = sorted(counts, key=lambda name: (shares[name] - sizes[name], counts[name]), reverse=True)
-    for name in by_remainder[: n - sum(sizes.values())]:
-        sizes[name] += 1
-    return [([name], size) for name, size in sizes.items() if size > 0]
-
-
-def _read(path: Path) -> str:
-    return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
-
-
-def _append(path: Path, examples: list) -> None:
-    """Append in one atomic rewrite: a kill leaves the old file or the new one, never a partial line."""
-    import json
-
-    old = path.read_text(encoding="utf-8") if path.is_file() else ""
-    if old and not old.endswith("\n"):
-        old += "\n"
-    new = "".join(json.dumps(e.to_record(), ensure_ascii=False) + "\n" for e in examples)
-    atomic_write_text(path, old + new)
+__all__ = ["ATTEMPTS", "SOURCE", "AugmentResult", "allocate", "append_examples", "augment_data"]

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from forge_ml.augment import allocate
 from forge_ml.augment.claude import WRITE_EXAMPLES, _request
+from forge_ml.augment.round import allocate
 from forge_ml.augment.validate import failure_counts
 from forge_ml.config import PlannerConfig
 from forge_ml.data.examples import Example

@@ -56,9 +56,9 @@ class Command:
 
 
 def all_commands() -> list[Command]:
-    from forge_ml.commands import audit, cluster, data, flywheel, hub, project, registry, training
+    from forge_ml.commands import audit, cluster, data, flywheel, hub, knowledge, project, registry, training
 
-    modules = (project, training, flywheel, data, audit, registry, hub, cluster)
+    modules = (project, training, flywheel, data, audit, knowledge, registry, hub, cluster)
     return [command for module in modules for command in module.COMMANDS]
 
 

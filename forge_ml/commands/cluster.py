@@ -33,8 +33,8 @@ def _args(p: argparse.ArgumentParser) -> None:
 def run_submit(ctx: Context) -> int:
     import sys
 
+    from forge_ml.cluster import dashboard_address, submit
     from forge_ml.search import split_sweep_overrides
-    from forge_ml.tuning.jobs import dashboard_address, submit
 
     job = [*ctx.args.job, *ctx.extra]
     if not job or job[0].startswith("-"):

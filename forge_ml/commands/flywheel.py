@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from forge_ml.commands import Command, Context, overrides_argument
 from forge_ml.console import console, results
 from forge_ml.errors import EXIT_GATE, EXIT_OK, ConfigError
+
+if TYPE_CHECKING:
+    from forge_ml.journal import RoundRecord
 
 
 def _args(p) -> None:
@@ -25,7 +28,11 @@ def _args(p) -> None:
     overrides_argument(p, "Hydra overrides, e.g. planner=offline tune.num_samples=4")
 
 
-def print_rounds(records: list[dict[str, Any]]) -> None:
+def _score(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def print_rounds(records: list[RoundRecord]) -> None:
     from rich.table import Table
 
     table = Table(title="flywheel rounds")
@@ -41,16 +48,15 @@ def print_rounds(records: list[dict[str, Any]]) -> None:
     ):
         table.add_column(column)
     for r in records:
-        dev, gold, champion = r.get("dev_accuracy"), r.get("gold_accuracy"), r.get("champion_accuracy")
         table.add_row(
-            str(r["iteration"]),
-            str(r.get("planner", "")),
-            f"{r.get('dataset_size', 0)} (+{r.get('examples_added', 0)})",
-            "-" if dev is None else f"{dev:.3f}",
-            "-" if gold is None else f"{gold:.3f}",
-            f"v{r['version']}" if r.get("version") else "-",
-            ("promoted" if r.get("promoted") else "refused") if r.get("version") else "-",
-            "-" if champion is None else f"{champion:.3f}",
+            str(r.round),
+            r.planner,
+            f"{r.dataset_size} (+{r.examples_added})",
+            _score(r.dev_accuracy),
+            _score(r.gold_accuracy),
+            f"v{r.version}" if r.version else "-",
+            ("promoted" if r.promoted else "refused") if r.version else "-",
+            _score(r.champion_accuracy),
         )
     results.print(table)
 
@@ -65,8 +71,7 @@ def run_flywheel(ctx: Context) -> int:
     ctx.compose()  # validates, and gives the envelope its config hash
     wheel = Flywheel(project, ctx.overrides, max_rounds=args.rounds, skip_train=args.skip_train)
     outcome = wheel.run(rebaseline=args.rebaseline)
-    last = outcome.records[-1] if outcome.records else {}
-    ctx.run_id = last.get("round_run_id")
+    ctx.run_id = outcome.records[-1].round_run_id if outcome.records else None
     ctx.report(
         rounds_done=outcome.rounds_done,
         stop_reason=outcome.stop_reason,
@@ -74,8 +79,8 @@ def run_flywheel(ctx: Context) -> int:
         target_reached=outcome.target_reached,
         rounds=[
             {
-                k: r.get(k)
-                for k in ("iteration", "gold_accuracy", "promoted", "version", "round_run_id", "planner")
+                k: getattr(r, k)
+                for k in ("round", "gold_accuracy", "promoted", "version", "round_run_id", "planner")
             }
             for r in outcome.records
         ],

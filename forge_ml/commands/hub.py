@@ -36,22 +36,18 @@ def _push_args(p) -> None:
 
 def _card_facts(registry: Any, files: Any, repo_id: str) -> Any:
     """Collect the card's facts: base, lineage run ids, data hashes and counts, gold, config as trained."""
-    from mlflow.exceptions import MlflowException
-
     from forge_ml.errors import ConfigError
+    from forge_ml.gate import GoldOutcome
     from forge_ml.hub import CardFacts, relevant_config
-    from forge_ml.registry import GoldOutcome
 
     version = files.version
     tags = dict(version.tags)
     source = registry.client.get_run(version.run_id)
     round_run_id = tags.get("forge.round_run_id")
-    runs = []
-    if round_run_id:
-        try:
-            runs.append(registry.client.get_run(round_run_id))
-        except MlflowException:  # deleted since: the card still names it
-            pass
+    round_run = (
+        registry.find_run(round_run_id) if round_run_id else None
+    )  # deleted since: the card still names it
+    runs = [round_run] if round_run is not None else []
     data: dict[str, str] = {}
     for run in [*runs, source]:  # the source run's figures win over its round's
         data |= {

@@ -71,12 +71,12 @@ def run_train(ctx: Context) -> int:
 
 
 def run_tune(ctx: Context) -> int:
-    from forge_ml.search import split_sweep_overrides
+    from forge_ml.search import split_sweep_overrides, with_space
     from forge_ml.tuning.engine import run_round
 
     space, fixed = split_sweep_overrides(ctx.overrides)
-    cfg = ctx.compose(fixed)
-    result = run_round(cfg, {**cfg.tune.space, **space})
+    cfg = with_space(ctx.compose(fixed), space)
+    result = run_round(cfg)
     ctx.run_id = result.round_run_id
     best = result.best
     ctx.report(

@@ -7,6 +7,8 @@ that lists all problems.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 from forge_ml.config.checks import Problems
 from forge_ml.config.evaluation import EvalConfig
 from forge_ml.config.flywheel import FlywheelConfig
+from forge_ml.config.keys import config_value
 from forge_ml.config.lora import LoraConfig
 from forge_ml.config.model import ModelConfig, TinyModelConfig
 from forge_ml.config.planner import BoundConfig, PlannerConfig
@@ -79,16 +82,27 @@ class ForgeConfig:
             sub = Problems(group)
             getattr(self, group).check(sub)
             p.extend(sub)
+        for key in self.planner.bounds:
+            try:
+                config_value(self, key)
+            except KeyError:
+                p.add(f"planner.bounds.{key}", f"'{key}' is not a config key")
         if self.lora.method == "qlora" and self.model.is_tiny:
             p.add("lora.method", "qlora quantizes a pretrained base; use lora with model=tiny")
         return p.messages
+
+
+@functools.cache
+def _schema() -> DictConfig:
+    """The schema as OmegaConf sees it, built once: merges copy it, never change it."""
+    return OmegaConf.structured(ForgeConfig)
 
 
 def _describe(exc: OmegaConfBaseException, cfg: dict[str, Any]) -> str:
     key = getattr(exc, "full_key", None) or ""
     message = str(exc).splitlines()[0]
     if not key:  # a merge error names no key: find the value of the wrong kind
-        return _wrong_kind(OmegaConf.structured(ForgeConfig), cfg) or message
+        return _wrong_kind(_schema(), cfg) or message
     if "not in" in message or ("Key '" in message and "not" in message):
         return f"unknown key '{key}'" + _did_you_mean(key)
     return f"{key}: {message}" if key else message
@@ -117,7 +131,7 @@ def _did_you_mean(full_key: str) -> str:
     import difflib
 
     parent, _, leaf = full_key.rpartition(".")
-    node: Any = OmegaConf.structured(ForgeConfig)
+    node: Any = _schema()
     for part in filter(None, parent.split(".")):
         node = node.get(part) if isinstance(node, DictConfig) else None
     if not isinstance(node, DictConfig):
@@ -131,9 +145,8 @@ def validate_config(cfg: DictConfig | dict) -> ForgeConfig:
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_container(cfg, resolve=True)
     cfg = {k: v for k, v in cfg.items() if k != "hydra"}
-    schema = OmegaConf.structured(ForgeConfig)
     try:
-        merged = OmegaConf.merge(schema, cfg)
+        merged = OmegaConf.merge(_schema(), cfg)
         typed: ForgeConfig = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         raise ConfigError(f"invalid configuration: {_describe(exc, cfg)}") from None
@@ -145,7 +158,7 @@ def validate_config(cfg: DictConfig | dict) -> ForgeConfig:
 
 def config_to_dict(cfg: ForgeConfig) -> dict[str, Any]:
     """Return the config as plain containers (JSON-serialisable)."""
-    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    return dataclasses.asdict(cfg)
 
 
 def config_hash(cfg: ForgeConfig) -> str:

@@ -9,6 +9,25 @@ from forge_ml.config.checks import Problems
 
 BACKENDS = ("auto", "claude", "offline")
 
+# Keys no search or plan may touch: identity, paths, tracking, Ray placement and secrets live here.
+NEVER_SEARCHED = (
+    "name",
+    "project_dir",
+    "tracking",
+    "tune",
+    "task",
+    "model.name_or_path",
+    "model.revision",
+    "model.trust_remote_code",
+    "model.chat_template",
+    "eval.scorer_path",
+)
+
+
+def never_searched(key: str) -> bool:
+    """Whether `key` (dotted) is one no search space, plan or planner bound may ever touch."""
+    return any(key == k or key.startswith(k + ".") for k in NEVER_SEARCHED)
+
 
 @dataclass
 class BoundConfig:
@@ -92,6 +111,8 @@ class PlannerConfig:
             p.add("min_samples", f"{self.min_samples} is larger than max_samples={self.max_samples}")
         p.range("augment_n", self.augment_n, 0, 100_000)
         p.range("max_augment", self.max_augment, 0, 100_000)
+        if self.augment_n > self.max_augment:  # the offline plan must itself be a valid plan
+            p.add("augment_n", f"{self.augment_n} is more than max_augment={self.max_augment}")
         p.range("augment_batch", self.augment_batch, 1, 500)
         p.range("augment_concurrency", self.augment_concurrency, 1, 64)
         p.range("trust_radius", self.trust_radius, 0.0, 1.0, low_open=True)
@@ -102,10 +123,8 @@ class PlannerConfig:
 
     @staticmethod
     def _check_bound(p: Problems, key: str, bound: BoundConfig) -> None:
-        from forge_ml.search import NEVER_SEARCHED
-
         name = f"bounds.{key}"
-        if any(key == k or key.startswith(k + ".") for k in NEVER_SEARCHED):
+        if never_searched(key):
             p.add(name, f"'{key}' can never be planned (identity, paths, tracking, placement or secrets)")
         if bound.choices is not None:
             if not bound.choices:

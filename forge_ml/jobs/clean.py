@@ -16,8 +16,7 @@ from forge_ml.augment.provenance import count_metrics, log_data_version
 from forge_ml.config import ForgeConfig
 from forge_ml.data.examples import read_examples
 from forge_ml.fileio import atomic_write_text
-from forge_ml.flywheel_state import ProjectLock
-from forge_ml.project import Project
+from forge_ml.project import Project, ProjectLock
 from forge_ml.tracking import Tracker
 
 GENERATED = ("generate", "augment", "patch")

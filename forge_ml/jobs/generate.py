@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forge_ml.augment import ATTEMPTS, _append, allocate
+from forge_ml.augment import ATTEMPTS, allocate, append_examples
 from forge_ml.augment.categories import known_categories, match_categories
 from forge_ml.augment.offline import GENERATOR_FILE, generate_offline, load_generator
 from forge_ml.augment.provenance import count_metrics, log_data_version
@@ -43,17 +43,16 @@ from forge_ml.data.project_data import read_gold, read_system_prompt
 from forge_ml.errors import ConfigError, InputError, RuntimeFault
 from forge_ml.evaluation.scorers import make_scorer
 from forge_ml.fileio import atomic_write_text
-from forge_ml.flywheel_state import ProjectLock
 from forge_ml.llm import (
     ClaudeRequestFailed,
     ClaudeUnavailable,
     Usage,
     batch_cost_usd,
-    claude_available,
+    claude_enabled,
     make_client,
 )
 from forge_ml.planner.history import FAILURES_FILE, read_failures
-from forge_ml.project import Project
+from forge_ml.project import Project, ProjectLock
 from forge_ml.tracking import Tracker
 
 KINDS = ("generate", "patch", "augment")  # each is also the `meta.source` of what it adds
@@ -154,14 +153,6 @@ def check_job(job: DataJob) -> None:
         )
 
 
-def uses_claude(cfg: ForgeConfig) -> bool:
-    """Claude writes when the planner may use it: planner=claude, or auto with ANTHROPIC_API_KEY set."""
-    backend = cfg.planner.backend
-    if backend == "claude" and not claude_available():
-        raise ConfigError("planner.backend=claude needs ANTHROPIC_API_KEY in the environment")
-    return backend == "claude" or (backend == "auto" and claude_available())
-
-
 def _target(cfg: ForgeConfig, project: Project, job: DataJob, canonical: Path) -> Path:
     if job.output is None:
         return canonical
@@ -207,7 +198,7 @@ def _focus(job: DataJob, inputs: _Inputs, categories: list[str], claude: bool) -
 def prepare(cfg: ForgeConfig, project: Project, job: DataJob) -> _Inputs:
     """Read and check everything the job needs; raise InputError/ConfigError before any write."""
     check_job(job)
-    claude = uses_claude(cfg)
+    claude = claude_enabled(cfg.planner)  # Claude writes when the planner may use it
     if job.batch and not claude:
         raise InputError("--batch needs Claude: set ANTHROPIC_API_KEY (and a planner other than offline)")
     generate = None
@@ -357,7 +348,7 @@ def _write(job: DataJob, inputs: _Inputs, kept: list[Example]) -> list[Example]:
         atomic_write_text(inputs.target, text)
         return kept
     if kept:
-        _append(inputs.canonical_path, kept)
+        append_examples(inputs.canonical_path, kept)
     return read_examples(inputs.canonical_path, required=False)
 
 

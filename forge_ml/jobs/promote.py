@@ -17,8 +17,9 @@ from typing import Any
 
 from forge_ml.config import ForgeConfig
 from forge_ml.errors import InputError
+from forge_ml.gate import GoldOutcome
 from forge_ml.project import Project
-from forge_ml.registry import CHALLENGER, GoldOutcome, Registry
+from forge_ml.registry import CHALLENGER, Registry
 from forge_ml.tracking import Tracker
 
 

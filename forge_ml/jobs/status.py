@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from dataclasses import asdict
 from datetime import datetime
 
 from rich.table import Table
 
 from forge_ml.config import ForgeConfig
 from forge_ml.data.examples import read_examples
+from forge_ml.journal import read_records
 from forge_ml.project import Project
 from forge_ml.tracking import client_for, experiment_name, runs_table
 
@@ -106,7 +108,7 @@ def flywheel_table(summary: dict) -> Table | None:
         gold = last.get("gold_accuracy")
         verdict = "promoted" if last.get("promoted") else "not promoted"
         table.add_row(
-            "last round", f"{last['iteration']}: gold {'-' if gold is None else f'{gold:.3f}'}, {verdict}"
+            "last round", f"{last['round']}: gold {'-' if gold is None else f'{gold:.3f}'}, {verdict}"
         )
     beat = summary["heartbeat"]
     if beat:
@@ -114,14 +116,6 @@ def flywheel_table(summary: dict) -> Table | None:
         error = f" — {beat['error']}" if beat.get("error") else ""
         table.add_row("heartbeat", f"{beat.get('status')} at {when}{error}")
     return table
-
-
-def _lines(path) -> list[str]:
-    return (
-        [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        if path.is_file()
-        else []
-    )
 
 
 def status_tables(cfg: ForgeConfig, project: Project, summary: dict) -> list[Table]:
@@ -146,7 +140,7 @@ def status_summary(cfg: ForgeConfig, project: Project) -> dict:
     }
     canonical = read_examples(project.resolve(cfg.task.canonical_path), required=False)
     by_source = dict(sorted(Counter(str(e.meta.get("source", "unknown")) for e in canonical).items()))
-    records = [json.loads(line) for line in _lines(project.output / "experiments.jsonl")]
+    records = read_records(project)
     heartbeat_path = project.output / "flywheel_heartbeat.json"
     champion = None
     if records or heartbeat_path.is_file():
@@ -155,7 +149,7 @@ def status_summary(cfg: ForgeConfig, project: Project) -> dict:
         registry = Registry.for_project(cfg, project)
         found = registry.champion()
         if found:
-            version, outcome = found
+            version, outcome = found.version, found.outcome
             champion = {
                 "name": registry.name,
                 "version": str(version.version),
@@ -170,6 +164,6 @@ def status_summary(cfg: ForgeConfig, project: Project) -> dict:
         "champion": champion,
         "rounds_done": len(records),
         "max_rounds": cfg.flywheel.max_rounds,
-        "last_round": records[-1] if records else None,
+        "last_round": asdict(records[-1]) if records else None,
         "heartbeat": json.loads(heartbeat_path.read_text()) if heartbeat_path.is_file() else None,
     }

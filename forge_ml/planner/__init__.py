@@ -9,33 +9,35 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Literal
 
 from forge_ml.config import ForgeConfig
-from forge_ml.errors import ConfigError
-from forge_ml.llm import ClaudeRequestFailed, ClaudeUnavailable, Usage, claude_available, make_client
+from forge_ml.llm import ClaudeRequestFailed, ClaudeUnavailable, Usage, claude_enabled, make_client
 from forge_ml.planner.history import History, read_history
 from forge_ml.planner.offline import offline_plan
 from forge_ml.planner.plan import ExperimentPlan, PlanError, validate_plan
 from forge_ml.project import Project
 
-__all__ = ["ExperimentPlan", "History", "PlanOutcome", "RoundPlanner", "read_history", "validate_plan"]
+__all__ = [
+    "ExperimentPlan",
+    "History",
+    "PlanOutcome",
+    "PlanSource",
+    "RoundPlanner",
+    "read_history",
+    "validate_plan",
+]
 log = logging.getLogger(__name__)
+PlanSource = Literal["claude", "offline"]
 
 
 @dataclass
 class PlanOutcome:
     plan: ExperimentPlan
-    source: str  # claude | offline
+    source: PlanSource
     fallback: bool = False
     reason: str = ""
     usage: Usage = field(default_factory=Usage)
-
-    def tags(self) -> dict[str, str]:
-        return {
-            "forge.planner": self.source,
-            "forge.planner.fallback": str(self.fallback).lower(),
-            "forge.planner.fallback_reason": self.reason[:4000] or None,
-        }
 
 
 class RoundPlanner:
@@ -43,10 +45,7 @@ class RoundPlanner:
 
     def __init__(self, cfg: ForgeConfig, project: Project) -> None:
         self.project = project
-        backend = cfg.planner.backend
-        if backend == "claude" and not claude_available():
-            raise ConfigError("planner.backend=claude needs ANTHROPIC_API_KEY in the environment")
-        self.use_claude = backend == "claude" or (backend == "auto" and claude_available())
+        self.use_claude = claude_enabled(cfg.planner)
         self.disabled_reason: str | None = None
         self._client = None
 

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from forge_ml.config import ForgeConfig
+from forge_ml.config.overrides import schema_type
 from forge_ml.errors import ConfigError
-from forge_ml.search import SearchParam, schema_type
+from forge_ml.search import SearchParam
 
 FAILURES_FILE = "eval_failures.jsonl"
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from forge_ml.config import BoundConfig, ForgeConfig, config_to_dict
+from forge_ml.config import BoundConfig, ForgeConfig
+from forge_ml.config.overrides import config_value, schema_type
 from forge_ml.planner.history import History
 from forge_ml.planner.plan import MAX_FOCUS, ExperimentPlan
-from forge_ml.search import schema_type
 
 MIN_RADIUS = 0.03
 MAX_RADIUS = 0.5
@@ -43,13 +43,6 @@ def trust_radius(history: History, start: float, metric: str, mode: str) -> floa
         if best is None or better(round_best, best):
             best = round_best
     return radius
-
-
-def _current(cfg: ForgeConfig, key: str) -> Any:
-    node: Any = config_to_dict(cfg)
-    for part in key.split("."):
-        node = node[part]
-    return node
 
 
 def _unit(bound: BoundConfig, value: float) -> float:
@@ -124,12 +117,16 @@ def offline_plan(
     space: dict[str, str] = {}
     fixed: dict[str, Any] = {}
     for key, bound in cfg.planner.bounds.items():
-        center = best.params[key] if best is not None and key in best.params else _current(cfg, key)
+        center = best.params[key] if best is not None and key in best.params else config_value(cfg, key)
         expression = region(key, bound, center, radius)
         if expression is None:
             fixed[key] = center
         else:
             space[key] = expression
+    if not space and fixed:  # every region collapsed: a round still searches, over one point
+        key, value = next(iter(fixed.items()))
+        space[key] = f"choice({str(value).lower() if isinstance(value, bool) else value})"
+        del fixed[key]
     failing = history.failures_by_category()
     focus = [name for name, count in failing.items() if count > 0 and name != "uncategorized"][:MAX_FOCUS]
     where = (

@@ -10,11 +10,12 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from forge_ml.config import ForgeConfig, PlannerConfig, config_to_dict
+from forge_ml.config import ForgeConfig, PlannerConfig
+from forge_ml.config.overrides import typed_value, with_overrides
+from forge_ml.config.planner import never_searched
 from forge_ml.data.examples import safe_category
 from forge_ml.errors import ConfigError
-from forge_ml.search import NEVER_SEARCHED, Bound, check_bounds, parse_space, schema_type
-from forge_ml.trainables.sft import apply_overrides
+from forge_ml.search import Bound, check_bounds, check_space, parse_space
 
 MAX_TEXT = 4000
 MAX_FOCUS = 20
@@ -33,6 +34,18 @@ class ExperimentPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def round_overrides(self) -> dict[str, Any]:
+        """Return what the plan sets on its round's config: the fixed values, the trial count, the space."""
+        return {
+            **self.fixed_overrides,
+            "tune.num_samples": self.num_samples,
+            "tune.space": dict(self.search_space),
+        }
+
+    def apply(self, cfg: ForgeConfig) -> ForgeConfig:
+        """Return the round's config: `cfg` (forge.yaml with its patches, then the command line) with this plan."""
+        return with_overrides(cfg, self.round_overrides())
 
 
 PLAN_FIELDS = {
@@ -88,17 +101,11 @@ class PlanError(ConfigError):
 
 def _check_value(key: str, value: Any, bounds: dict[str, Bound]) -> Any:
     """Return `value` coerced to the key's type; raise ConfigError when the key or value is not allowed."""
-    if any(key == k or key.startswith(k + ".") for k in NEVER_SEARCHED):
+    if never_searched(key):
         raise ConfigError(f"'{key}' is never plannable")
     if key not in bounds:
         raise ConfigError(f"'{key}' is not in planner.bounds ({', '.join(sorted(bounds))})")
-    kind = schema_type(key)
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if kind is int and isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        raise ConfigError(f"'{key}' takes {kind.__name__} values, got {value!r}")
+    value = typed_value(key, value)
     bound = bounds[key]
     if bound.choices is not None and value not in bound.choices:
         raise ConfigError(f"'{key}'={value!r} is not one of planner.bounds choices {list(bound.choices)}")
@@ -164,6 +171,11 @@ def validate_plan(raw: Any, cfg: ForgeConfig) -> ExperimentPlan:
     if not all(isinstance(v, str) for v in space.values()):
         problems.append("search_space: every value must be a sweep expression string")
         space = {}
+    elif not space and "search_space" in raw and isinstance(raw["search_space"], dict):
+        problems.append(
+            "search_space: name at least one key to search (choice(x) for a single value); "
+            "hold the others in fixed_overrides"
+        )
     for key, expression in space.items():
         try:
             check_bounds(parse_space({key: expression})[key], bounds)
@@ -210,12 +222,8 @@ def validate_plan(raw: Any, cfg: ForgeConfig) -> ExperimentPlan:
 
 
 def _config_problems(cfg: ForgeConfig, space: dict[str, str], checked: dict[str, dict]) -> list[str]:
-    from forge_ml.tuning.engine import check_space
-
     try:
-        planned = apply_overrides(
-            config_to_dict(cfg), {**checked["forge_yaml_patches"], **checked["fixed_overrides"]}
-        )
+        planned = with_overrides(cfg, {**checked["forge_yaml_patches"], **checked["fixed_overrides"]})
         if space:
             check_space(planned, parse_space(space))
     except ConfigError as exc:

@@ -8,14 +8,14 @@ downloads (the base is a local directory the driver prepared). Each epoch report
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from forge_ml.config import ForgeConfig, validate_config
+from forge_ml.config import ForgeConfig
+from forge_ml.config.overrides import with_overrides
 from forge_ml.data.examples import Example
 
 FAULT_ENV = "FORGE_FAULT_CRASH_AFTER_EPOCH"  # test hook: crash once after this epoch's checkpoint
@@ -28,7 +28,7 @@ OOM_FAULT_ENV = (
 class TrialContext:
     """What every trial of a round shares (placed once in Ray's object store)."""
 
-    base_config: dict[str, Any]
+    config: ForgeConfig  # the round's config, composed once by the driver; a trial sets its sampled point
     base_source: str  # a local directory (the tiny model, or the driver's Hub snapshot) or a Hub id
     base_revision: str | None
     tokenizer: Any
@@ -38,18 +38,6 @@ class TrialContext:
     system_prompt: str
 
 
-def apply_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> ForgeConfig:
-    """Return the validated config of `base` with dotted-key `overrides` set."""
-    data = copy.deepcopy(base)
-    for key, value in overrides.items():
-        node = data
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return validate_config(data)
-
-
 def sft_trial(config: dict[str, Any], context: TrialContext) -> None:
     """Ray Tune function trainable."""
     import tempfile
@@ -57,7 +45,7 @@ def sft_trial(config: dict[str, Any], context: TrialContext) -> None:
     import ray
     from ray import tune
 
-    cfg = apply_overrides(context.base_config, config)
+    cfg = with_overrides(context.config, config)
     cfg.training.threads = max(1, int(cfg.tune.resources.cpu))
     checkpoint = tune.get_checkpoint()
     resume_dir = Path(checkpoint.to_directory()) if checkpoint is not None else None

@@ -1,1 +1,1 @@
-"""Rounds of parallel trials on Ray Tune: the only package (with trainables/) that touches Ray."""
+"""Rounds of parallel trials on Ray Tune: with trainables/ and cluster.py (Ray Jobs), all that touches Ray."""

@@ -10,12 +10,11 @@ from typing import Any
 
 from ray.tune import Callback
 
-from forge_ml.config import config_to_dict
+from forge_ml.config import ForgeConfig
+from forge_ml.config.overrides import with_overrides
 from forge_ml.console import console
 from forge_ml.faults import armed, failpoint
-from forge_ml.secrets import flatten
-from forge_ml.tracking import TrackedRun, Tracker
-from forge_ml.trainables.sft import apply_overrides
+from forge_ml.tracking import TrackedRun, Tracker, config_params
 
 log = logging.getLogger(__name__)
 LOGGED_METRICS = ("train/loss", "dev/loss", "dev/accuracy", "train/tokens_per_s")
@@ -69,7 +68,7 @@ class RoundTracker(Callback):
         self,
         tracker: Tracker,
         round_run: TrackedRun,
-        base_config: dict[str, Any],
+        round_config: ForgeConfig,
         metric: str,
         mode: str,
         *,
@@ -77,7 +76,7 @@ class RoundTracker(Callback):
     ) -> None:
         self.tracker = tracker
         self.round_run = round_run
-        self.base_config = base_config
+        self.round_config = round_config
         self.metric = metric
         self.mode = mode
         self.enabled = enabled
@@ -107,8 +106,7 @@ class RoundTracker(Callback):
                 "forge.trial_id": trial.trial_id,
             },
         )
-        cfg = apply_overrides(self.base_config, trial.config)
-        run.log_params(flatten(config_to_dict(cfg)))
+        run.log_params(config_params(with_overrides(self.round_config, trial.config)))
         self.runs[trial.trial_id] = run
         self.logged_epochs[trial.trial_id] = set()
 

@@ -18,18 +18,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forge_ml.config import ForgeConfig, config_to_dict
+from forge_ml.config import ForgeConfig
 from forge_ml.console import console
 from forge_ml.data.chat import sft_dataset
 from forge_ml.data.project_data import load_project_data
 from forge_ml.errors import ConfigError, RuntimeFault
 from forge_ml.evaluation.scorers import make_scorer
+from forge_ml.hub import hub_snapshot
 from forge_ml.models.loader import BaseModelRef, load_tokenizer, resolve_base
 from forge_ml.models.source import is_local
 from forge_ml.project import Project
-from forge_ml.search import SearchParam, parse_space, tune_space
+from forge_ml.search import SearchParam, check_space, parse_space, tune_space
 from forge_ml.tracking import TrackedRun, Tracker, config_params
-from forge_ml.trainables.sft import TrialContext, apply_overrides, sft_trial
+from forge_ml.trainables.sft import TrialContext, sft_trial
 from forge_ml.tuning.runtime import preflight, ray_runtime, storage_path
 from forge_ml.tuning.storage import (
     copy_adapter,
@@ -64,22 +65,6 @@ class RoundResult:
     restored: bool = False  # continued from Ray Tune's saved experiment state
     restore_problem: str | None = None  # why the saved state could not be continued (set aside)
     base: BaseModelRef | None = None  # the base model the trials trained on
-
-
-def check_space(cfg: ForgeConfig, params: dict[str, SearchParam]) -> None:
-    """Validate the config at every edge of the space, so no trial can be born invalid."""
-    base = config_to_dict(cfg)
-    for param in params.values():
-        edges = list(param.values) if param.kind == "choice" else [param.low, param.high]
-        for value in edges:
-            if param.kind in ("randint", "lograndint"):
-                value = int(value)
-            try:
-                apply_overrides(base, {param.key: value})
-            except ConfigError as exc:
-                raise ConfigError(
-                    f"search space: {param.key}={value!r} gives an invalid config: {exc}"
-                ) from None
 
 
 def _inside(params: dict[str, SearchParam], point: dict[str, Any]) -> bool:
@@ -142,16 +127,6 @@ def _scheduler(cfg: ForgeConfig, params: dict[str, SearchParam]) -> Any:
     )
 
 
-def hub_snapshot(repo_id: str, revision: str | None) -> str:
-    """Return the local directory of a Hub model, downloading it once for every trial of the round."""
-    from huggingface_hub import snapshot_download
-
-    try:
-        return snapshot_download(repo_id, revision=revision)
-    except Exception as exc:
-        raise RuntimeFault(f"model.name_or_path: cannot fetch {repo_id!r} from the Hub ({exc})") from exc
-
-
 def next_round_name(tracker: Tracker) -> str:
     runs = tracker.client.search_runs(
         [tracker.experiment_id], filter_string="tags.`forge.kind` = 'round'", max_results=10_000
@@ -161,7 +136,6 @@ def next_round_name(tracker: Tracker) -> str:
 
 def run_round(
     cfg: ForgeConfig,
-    space: dict[str, str] | None = None,
     *,
     warm_start: list[tuple[dict, float]] | None = None,
     first_points: list[dict[str, Any]] | None = None,
@@ -172,15 +146,17 @@ def run_round(
     restore_from: str | None = None,
     on_experiment: Callable[[str], None] | None = None,
 ) -> RoundResult:
-    """Run one round over `space` (default: cfg.tune.space); return its trials and best trial.
+    """Run one round of `cfg` (its search space is `cfg.tune.space`); return its trials and best trial.
 
-    The round is recorded in `round_run` when given (the caller finishes it), else in a new
+    `cfg` is the round's config, composed once by the caller: the round run's params, the
+    trials' base config and the searcher all come from it. The round is recorded in `round_run`
+    when given (the caller opened it and logged `cfg`'s params; it finishes it), else in a new
     round run. `restore_from` continues an interrupted round from Ray Tune's experiment
     directory when it can; `on_experiment(path)` learns that directory before trials start.
     """
     started = time.perf_counter()
     project = Project(Path(cfg.project_dir))
-    params = parse_space(space if space is not None else cfg.tune.space)
+    params = parse_space(cfg.tune.space)
     if not params:
         raise ConfigError("search space is empty: pass sweeps such as 'lora.r=choice(4,8)' or set tune.space")
     check_space(cfg, params)
@@ -191,7 +167,7 @@ def run_round(
     tokenizer = load_tokenizer(base, cfg.model, project)
     role = cfg.model.system_role
     context = TrialContext(
-        base_config=config_to_dict(cfg),
+        config=cfg,
         base_source=base.source,
         base_revision=base.revision,
         tokenizer=tokenizer,
@@ -329,7 +305,7 @@ class _Fit:
         callback = RoundTracker(
             self.tracker,
             round_run,
-            self.context.base_config,
+            self.context.config,
             cfg.tune.metric,
             cfg.tune.mode,
             enabled=self.track,
@@ -423,15 +399,6 @@ def _record_round(
             json.dumps([t.__dict__ for t in result.trials], indent=2, default=str)
         )
         round_run.log_artifacts(folder, "round")
-    round_run.log_params({f"space.{k}": p.to_expression() for k, p in params.items()})
-    round_run.log_params(
-        {
-            "tune.num_samples": cfg.tune.num_samples,
-            "tune.scheduler": cfg.tune.scheduler,
-            "tune.searcher": cfg.tune.searcher,
-            "tune.metric": cfg.tune.metric,
-        }
-    )
     round_run.set_tags({"forge.best_trial_id": best.trial_id, "forge.best_run_id": best.run_id or ""})
     round_run.log_metrics({f"best/{k}": v for k, v in best.metrics.items()} | {"round/wall_s": result.wall_s})
     counts = {s: sum(1 for t in result.trials if t.status == s) for s in ("FINISHED", "STOPPED", "FAILED")}

@@ -39,7 +39,7 @@ class TuneSweeper(Sweeper):
     def sweep(self, arguments: list[str]) -> list[list[JobReturn]]:
         from forge_ml.config import validate_config
         from forge_ml.console import print_round
-        from forge_ml.search import split_sweep_overrides
+        from forge_ml.search import split_sweep_overrides, with_space
         from forge_ml.tuning.engine import run_round
 
         space, fixed = split_sweep_overrides(arguments)
@@ -48,11 +48,11 @@ class TuneSweeper(Sweeper):
         )
         with open_dict(job_cfg):
             hydra_cfg = job_cfg.pop("hydra")
-        cfg = validate_config(job_cfg)
+        cfg = with_space(validate_config(job_cfg), {**self.params, **space})
         sweep_dir = str(hydra_cfg.sweep.dir)
         Path(sweep_dir).mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, Path(sweep_dir) / "multirun.yaml")
-        result = run_round(cfg, {**cfg.tune.space, **self.params, **space}, tags={"forge.sweep": sweep_dir})
+        result = run_round(cfg, tags={"forge.sweep": sweep_dir})
         returns = []
         for index, trial in enumerate(result.trials):
             overrides = [*fixed, *(f"{k}={v}" for k, v in trial.config.items())]

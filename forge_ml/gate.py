@@ -1,0 +1,137 @@
+"""The promotion gate: may a candidate replace the champion? Pure logic on gold outcomes, no MLflow.
+
+A `GoldOutcome` is one model's result on the gold set (overall, per category, per example); it
+travels as `forge.gold_*` version tags. `decide` compares a candidate with the champion under the
+`registry.gate` settings: a minimum accuracy gain, optionally an exact McNemar test on the
+examples only one of them got right, and a bound on any category's drop.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from forge_ml.config.registry import GateConfig
+from forge_ml.errors import ConfigError
+
+if TYPE_CHECKING:
+    from forge_ml.evaluation.report import EvalReport
+
+REBASELINE = "forge-ml flywheel --rebaseline"
+EPS = 1e-9  # accuracies are means of floats: compare with a tolerance
+
+
+def _fig(x: float) -> str:
+    """Format a figure: two decimals when exact, else four (so close values stay distinguishable)."""
+    return f"{x:.2f}" if abs(round(x, 2) - x) < EPS else f"{x:.4f}"
+
+
+@dataclass
+class GoldOutcome:
+    """One model's result on the gold set: overall, per category, and per example ('1' = score >= 1)."""
+
+    accuracy: float
+    per_category: dict[str, float]
+    outcomes: str
+    forbidden_count: int
+    gold_hash: str
+    total: int
+
+    @classmethod
+    def from_report(cls, report: EvalReport, gold_hash: str) -> GoldOutcome:
+        return cls(
+            accuracy=report.accuracy,
+            per_category={name: stats["accuracy"] for name, stats in report.per_category.items()},
+            outcomes="".join("1" if item.score >= 1.0 else "0" for item in report.items),
+            forbidden_count=report.forbidden_count,
+            gold_hash=gold_hash,
+            total=report.total,
+        )
+
+    def to_tags(self) -> dict[str, str]:
+        return {
+            "forge.gold_hash": self.gold_hash,
+            "forge.gold_accuracy": repr(float(self.accuracy)),
+            "forge.gold_outcomes": self.outcomes,
+            "forge.gold_per_category": json.dumps(self.per_category, sort_keys=True),
+            "forge.gold_forbidden": str(self.forbidden_count),
+        }
+
+    @classmethod
+    def from_tags(cls, tags: dict[str, str]) -> GoldOutcome:
+        try:
+            outcomes = tags["forge.gold_outcomes"]
+            return cls(
+                accuracy=float(tags["forge.gold_accuracy"]),
+                per_category={k: float(v) for k, v in json.loads(tags["forge.gold_per_category"]).items()},
+                outcomes=outcomes,
+                forbidden_count=int(tags["forge.gold_forbidden"]),
+                gold_hash=tags["forge.gold_hash"],
+                total=len(outcomes),
+            )
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(
+                f"the version carries no valid forge.gold_* tags ({type(exc).__name__}: {exc}); "
+                f"re-baseline with `{REBASELINE}`"
+            ) from None
+
+
+@dataclass
+class GateDecision:
+    promote: bool
+    reasons: list[str]
+    p_value: float | None = None
+    compared_to: str | None = None  # the champion version compared against
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value of b (candidate-only right) vs c (champion-only right)."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1))
+    return min(1.0, 2 * tail / 2**n)
+
+
+def decide(candidate: GoldOutcome, champion: GoldOutcome | None, gate: GateConfig) -> GateDecision:
+    """Return whether `candidate` may replace `champion` under `gate`, with the figures behind it."""
+    refusals: list[str] = []
+    passes: list[str] = []
+    if candidate.forbidden_count:
+        refusals.append(f"{candidate.forbidden_count} forbidden output(s) on gold")
+    if champion is None:
+        passes.append(f"first version (gold accuracy {_fig(candidate.accuracy)})")
+        return GateDecision(not refusals, refusals or passes)
+    if candidate.gold_hash != champion.gold_hash or len(candidate.outcomes) != len(champion.outcomes):
+        raise ConfigError(
+            f"gold set {candidate.gold_hash[:12]} differs from the champion's {champion.gold_hash[:12]}; "
+            f"outcomes on different gold sets cannot be compared (re-baseline with `{REBASELINE}`)"
+        )
+    below = candidate.accuracy + EPS < champion.accuracy + gate.min_delta
+    (refusals if below else passes).append(
+        f"gold accuracy {_fig(candidate.accuracy)} {'<' if below else '>='} champion "
+        f"{_fig(champion.accuracy)} + min_delta {_fig(gate.min_delta)}"
+    )
+    p_value = None
+    if gate.significance is not None:
+        pairs = list(zip(candidate.outcomes, champion.outcomes))
+        b, c = pairs.count(("1", "0")), pairs.count(("0", "1"))
+        p_value = mcnemar_exact(b, c)
+        test = f"McNemar p={p_value:.4g} (b={b} candidate-only right, c={c} champion-only right)"
+        if b <= c:
+            refusals.append(f"not better on discordant pairs: {test}")
+        elif p_value >= gate.significance:
+            refusals.append(f"{test} >= significance {gate.significance:g}")
+        else:
+            passes.append(f"{test} < significance {gate.significance:g}")
+    if gate.max_category_drop is not None:
+        for name, before in sorted(champion.per_category.items()):
+            after = candidate.per_category.get(name, 0.0)
+            if before - after > gate.max_category_drop + EPS:
+                refusals.append(
+                    f"category {name!r} accuracy {_fig(after)} < champion {_fig(before)} "
+                    f"(drop {_fig(before - after)} > max_category_drop {_fig(gate.max_category_drop)})"
+                )
+    return GateDecision(not refusals, refusals or passes, p_value)
