@@ -1,7 +1,7 @@
 """Benchmark: batched against one-by-one greedy generation on the gold set.
 
 Trains nothing: the tiny model of the drone-router example is built (random weights) and both
-sides call forge_ml.evaluation.generate.generate_batched on the same gold prompts, rendered
+sides call forge_ml.models.generation.generate_batched on the same gold prompts, rendered
 with the project's system prompt, with the same max_new_tokens:
 
   batched     batch_size = the project's eval.batch_size (32), left-padded as in `forge-ml train`
@@ -122,9 +122,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
     quiet_libraries()
-    from forge_ml.data.chat import render_prompt
     from forge_ml.data.project_data import load_project_data
-    from forge_ml.evaluation.generate import generate_batched
+    from forge_ml.models.generation import generate_batched, render_prompt
     from forge_ml.models.loader import load_base_model, load_tokenizer, resolve_base
 
     began = time.perf_counter()

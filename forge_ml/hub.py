@@ -313,11 +313,16 @@ def model_card(facts: CardFacts) -> str:
     return redact_text("\n".join(lines).rstrip("\n") + "\n")
 
 
-def hub_snapshot(repo_id: str, revision: str | None) -> str:
-    """Return the local directory of a Hub model, downloading it once for every trial of the round."""
+def hub_snapshot(repo_id: str, revision: str | None) -> tuple[str, str | None]:
+    """Return the local directory of a Hub model (downloaded once for every trial of the round) and its commit.
+
+    The commit is the snapshot's own (a branch or tag resolved), so what trained on it can name it.
+    """
     from huggingface_hub import snapshot_download
 
     try:
-        return snapshot_download(repo_id, revision=revision)
+        path = snapshot_download(repo_id, revision=revision)
     except Exception as exc:
         raise RuntimeFault(f"model.name_or_path: cannot fetch {repo_id!r} from the Hub ({exc})") from exc
+    name = Path(path).name  # the cache keeps each snapshot under its commit hash
+    return path, name if re.fullmatch(r"[0-9a-f]{40}", name) else None

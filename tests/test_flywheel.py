@@ -30,7 +30,7 @@ from forge_ml.faults import ENV as FAILPOINTS
 from forge_ml.project import ProjectLock
 
 # Small rounds: two trials of one or two epochs, 30 new examples per round.
-ROUNDS = [*FAST, "tune.num_samples=2", "planner.augment_n=30"]
+ROUNDS = [*FAST, "tune.num_samples=2", "planner.augment_n=30", "planner.min_samples=1"]
 SENTINEL = "sk-ant-api03-SENTINELflywheel000000001"
 HF_SENTINEL = "hf_SENTINELflywheel00000000000001"
 PASSWORD_SENTINEL = "SENTINELbasicauthpassword0001"

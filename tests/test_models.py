@@ -78,3 +78,23 @@ def test_a_model_saved_in_hub_format_loads_from_a_local_directory(tmp_path):
     assert model.config.hidden_size == 32
     assert tokenizer.chat_template
     assert not cfg.model.trust_remote_code
+
+
+def test_a_hub_snapshot_names_the_commit_it_resolved(tmp_path):
+    """A branch resolves to the snapshot's commit (an HF cache laid out by hand, read offline)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--org--tiny-model"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "snapshots" / commit / "config.json").write_text("{}")
+    script = "import json; from forge_ml.hub import hub_snapshot; print(json.dumps(hub_snapshot('org/tiny-model', 'main')))"
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    path, resolved = json.loads(out.stdout)
+    assert resolved == commit and path == str(repo / "snapshots" / commit)

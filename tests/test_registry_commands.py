@@ -499,8 +499,7 @@ def test_merge_exports_a_model_that_answers_like_the_adapter(trained, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from forge_ml.data.chat import render_prompt
-    from forge_ml.evaluation.generate import generate_batched
+    from forge_ml.models.generation import generate_batched, render_prompt
 
     t = trained
     data, result = cli(t, "merge")

@@ -11,22 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from forge_ml.data.examples import Example
+from forge_ml.models.generation import build_messages, render_prompt
 
 IGNORE_INDEX = -100
 PASS_LOG_ENV = "FORGE_TOKENIZE_LOG"  # bench hook: append "pid examples" per tokenisation pass
-
-
-def build_messages(system_prompt: str, user: str, *, system_role: bool = True) -> list[dict[str, str]]:
-    """Return the chat messages of a prompt; without a system role the prompt leads the user turn."""
-    if system_role:
-        return [{"role": "system", "content": system_prompt}, {"role": "user", "content": user}]
-    return [{"role": "user", "content": f"{system_prompt}\n\n{user}"}]
-
-
-def render_prompt(tokenizer: Any, system_prompt: str, user: str, *, system_role: bool = True) -> str:
-    """Return the prompt text, ending with the assistant's generation header."""
-    messages = build_messages(system_prompt, user, system_role=system_role)
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
 def render_completion(

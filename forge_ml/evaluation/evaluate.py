@@ -6,11 +6,10 @@ from typing import Any
 
 from forge_ml.config import EvalConfig
 from forge_ml.console import progress
-from forge_ml.data.chat import render_prompt
 from forge_ml.data.examples import Example
-from forge_ml.evaluation.generate import generate_batched
 from forge_ml.evaluation.report import EvalReport, score_outputs
 from forge_ml.evaluation.scorers import Scorer
+from forge_ml.models.generation import generate_batched, render_prompt
 
 
 def evaluate_examples(

@@ -182,9 +182,8 @@ def generate_answers(
 ) -> list[str]:
     """Answer every question greedily, rendered with the project's system prompt and chat template."""
     from forge_ml.console import progress
-    from forge_ml.data.chat import render_prompt
-    from forge_ml.evaluation.generate import generate_batched
     from forge_ml.models.adapters import load_adapter
+    from forge_ml.models.generation import generate_batched, render_prompt
     from forge_ml.models.loader import load_base_model, load_tokenizer
 
     tokenizer = load_tokenizer(target.tokenizer, cfg.model, project)

@@ -9,6 +9,7 @@ from typing import Any
 
 from forge_ml.config import ForgeConfig, LoraConfig, ModelConfig
 from forge_ml.errors import ConfigError, InputError
+from forge_ml.models.generation import auto_dtype
 from forge_ml.models.source import resolve_model_source
 from forge_ml.models.tiny import build_tiny_model
 from forge_ml.project import Project
@@ -39,9 +40,7 @@ def torch_dtype(name: str):
     import torch
 
     if name == "auto":
-        if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
-            return torch.bfloat16
-        return torch.float32
+        return auto_dtype()
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 

@@ -14,7 +14,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -181,7 +181,9 @@ def run_round(
     with ray_runtime(cfg.tune):
         nodes = preflight(cfg.tune, storage)
         if not is_local(base.source) and nodes == 1:
-            context.base_source, context.base_revision = hub_snapshot(base.source, base.revision), None
+            context.base_source, commit = hub_snapshot(base.source, base.revision)
+            context.base_revision = None
+            base = replace(base, revision=commit or base.revision)  # versions name the commit trained on
         elif base.built_locally and nodes > 1:  # the tiny model exists on this machine only
             context.base_source = share_base(base.source, storage)
         name = name or next_round_name(tracker)

@@ -1,9 +1,36 @@
-"""Batched greedy generation with left padding."""
+"""Answering prompts: the chat rendering and batched greedy generation that eval, probe and serving share.
+
+This module imports nothing of forge_ml (torch is imported where it is used): a registered model
+ships a copy of it beside its pyfunc code (`forge_ml/models/pyfunc.py`), so a version loads and
+answers in an environment that has only the model's own requirements.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
+
+
+def auto_dtype() -> Any:
+    """Return bf16 on a CUDA device that has it, else fp32 (the `dtype: auto` rule)."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+def build_messages(system_prompt: str, user: str, *, system_role: bool = True) -> list[dict[str, str]]:
+    """Return the chat messages of a prompt; without a system role the prompt leads the user turn."""
+    if system_role:
+        return [{"role": "system", "content": system_prompt}, {"role": "user", "content": user}]
+    return [{"role": "user", "content": f"{system_prompt}\n\n{user}"}]
+
+
+def render_prompt(tokenizer: Any, system_prompt: str, user: str, *, system_role: bool = True) -> str:
+    """Return the prompt text, ending with the assistant's generation header."""
+    messages = build_messages(system_prompt, user, system_role=system_role)
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
