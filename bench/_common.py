@@ -62,12 +62,33 @@ class BenchProject:
     tmpdir: Path
 
 
+TINY = "tiny"
+
+
+def model_overrides(model: str) -> list[str]:
+    """The overrides selecting a model preset (`tiny`, `smollm2-135m-instruct`, ...)."""
+    return [] if model == TINY else [f"model={model}"]
+
+
+def keep_every_kth(path: Path, keep: int | None) -> None:
+    """Keep an even spread of `keep` lines of a JSONL file (every k-th), so categories stay mixed."""
+    if keep is None:
+        return
+    lines = path.read_text(encoding="utf-8").splitlines()
+    step = max(1, len(lines) // keep)
+    path.write_text("\n".join(lines[::step][:keep]) + "\n", encoding="utf-8")
+
+
 @contextlib.contextmanager
-def example_project(overrides: Sequence[str], *, keep: bool = False) -> Iterator[BenchProject]:
+def example_project(
+    overrides: Sequence[str], *, keep: bool = False, examples: int | None = None, gold: int | None = None
+) -> Iterator[BenchProject]:
     """Yield the drone-router example copied into a temp dir, with its config composed with `overrides`.
 
-    The working directory moves into the temp dir meanwhile, so nothing a library writes
-    relative to it (MLflow's `./mlruns`, say) lands in the caller's checkout.
+    `examples` / `gold` keep that many lines of the canonical / gold set (a real model on a CPU
+    cannot take the whole example in a benchmark's time). The working directory moves into the
+    temp dir meanwhile, so nothing a library writes relative to it (MLflow's `./mlruns`, say)
+    lands in the caller's checkout.
     """
     from forge_ml.compose import compose_config
     from forge_ml.project import init_project
@@ -76,6 +97,8 @@ def example_project(overrides: Sequence[str], *, keep: bool = False) -> Iterator
     cwd = Path.cwd()
     try:
         project = init_project(tmpdir / "bench", example=EXAMPLE)
+        keep_every_kth(project.root / "dataset" / "canonical.jsonl", examples)
+        keep_every_kth(project.root / "dataset" / "gold.jsonl", gold)
         cfg = compose_config(project, list(overrides))
         os.chdir(tmpdir)
         yield BenchProject(project=project, cfg=cfg, tmpdir=tmpdir)

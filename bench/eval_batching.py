@@ -15,7 +15,12 @@ Noise is handled as in train_overhead.py: wait (up to --quiet-wait s) for a quie
 before each measurement, and leave out of the medians the runs taken while other processes
 used more than 0.25 cores, as long as each side keeps at least one quiet run.
 
+With `--model smollm2-135m-instruct` the untrained real base answers instead (in prose, so most
+answers run to max_new_tokens; the few that stop early at <|im_end|> are counted as generated,
+not as max_new_tokens); `--gold N` keeps N of the 100 gold prompts.
+
     .venv/bin/python bench/eval_batching.py [--repeats 3] [--max-new-tokens 32] [--threads 2]
+    .venv/bin/python bench/eval_batching.py --model smollm2-135m-instruct --gold 40
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from _common import (
     OtherLoad,
     example_project,
     median,
+    model_overrides,
     other_load,
     pick_quiet,
     positive_int,
@@ -115,6 +121,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=120.0,
         help="seconds to wait for a quiet machine before each run (120)",
     )
+    parser.add_argument(
+        "--model",
+        default="tiny",
+        help="model preset: tiny (default) or smollm2-135m-instruct (the real base)",
+    )
+    parser.add_argument(
+        "--gold", type=positive_int, default=None, help="gold prompts kept (default: all 100)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary project")
     return parser.parse_args(argv)
 
@@ -127,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     from forge_ml.models.loader import load_base_model, load_tokenizer, resolve_base
 
     began = time.perf_counter()
-    with example_project([], keep=opts.keep) as bp:
+    with example_project(model_overrides(opts.model), keep=opts.keep, gold=opts.gold) as bp:
         cfg, project = bp.cfg, bp.project
         data = load_project_data(project, cfg.task)
         base = resolve_base(cfg, project, data.training_text())
@@ -142,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         counter = GenerationCounter(eos_ids=end_ids(model, tokenizer))
         counter.wrap(model)
         print(
-            f"eval_batching: drone-router gold set ({len(prompts)} prompts), untrained tiny model, greedy, "
+            f"eval_batching: drone-router gold set ({len(prompts)} prompts), model={opts.model} untrained, greedy, "
             f"max_new_tokens={opts.max_new_tokens}, batched batch_size={batch_size}, threads={opts.threads}, "
             f"repeats={opts.repeats}"
         )

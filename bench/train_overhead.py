@@ -18,7 +18,12 @@ Each measurement waits (up to --quiet-wait s) for a quiet machine before it star
 taken while others used more than 0.25 cores are left out of the medians as long as each side
 keeps at least one quiet run (the table still shows them).
 
+With `--model smollm2-135m-instruct` both sides train the real pretrained base (its offline copy,
+see the README) on 64 of the example's canonical examples (`--examples`); the bound is then 0.97,
+since forge's fixed costs weigh less against a real model's compute.
+
     .venv/bin/python bench/train_overhead.py [--repeats 3] [--epochs 1] [--threads 2]
+    .venv/bin/python bench/train_overhead.py --model smollm2-135m-instruct [--examples 64]
 """
 
 from __future__ import annotations
@@ -33,11 +38,13 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
+    TINY,
     BenchProject,
     OtherLoad,
     captured_stdout,
     example_project,
     median,
+    model_overrides,
     other_load,
     pick_quiet,
     positive_int,
@@ -49,6 +56,8 @@ from _common import (
 )
 
 BOUND = 0.95
+REAL_BOUND = 0.97  # the real base: more compute per token, so forge's fixed costs weigh less
+REAL_EXAMPLES = 64
 WARMUP_STEPS = 4
 
 
@@ -83,6 +92,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--threads", type=positive_int, default=2, help="torch threads for both sides (default 2)"
+    )
+    parser.add_argument(
+        "--model",
+        default="tiny",
+        help="model preset: tiny (default) or smollm2-135m-instruct (the real base)",
+    )
+    parser.add_argument(
+        "--examples",
+        type=positive_int,
+        default=None,
+        help="canonical examples kept (default: all; real base: 64)",
+    )
+    parser.add_argument(
+        "--max-seq-length",
+        type=positive_int,
+        default=None,
+        help="training.max_seq_length (default: the config's)",
     )
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up run")
     parser.add_argument(
@@ -119,17 +145,18 @@ def run_bare(
 ) -> Figures:
     """Train with a plain SFTTrainer configured by hand from the same hyperparameters; time train()."""
     import peft
-    import torch
     import trl
     from transformers import AutoModelForCausalLM
+
+    from forge_ml.models.loader import torch_dtype
+    from forge_ml.training import mixed_precision
 
     cfg = bp.cfg
     t, lora = cfg.training, cfg.lora
     set_threads(threads)
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
-        cfg.model.dtype, torch.float32
-    )
-    model = AutoModelForCausalLM.from_pretrained(inputs.model_dir, dtype=dtype)
+    # the same dtype and mixed precision forge picks (float32 on a CPU; bf16 on a capable GPU)
+    bf16, fp16 = mixed_precision(cfg.training.precision)
+    model = AutoModelForCausalLM.from_pretrained(inputs.model_dir, dtype=torch_dtype(cfg.model.dtype))
     args = trl.SFTConfig(
         output_dir=str(bp.tmpdir / "bare-trainer"),
         num_train_epochs=t.epochs,
@@ -144,8 +171,8 @@ def run_bare(
         max_grad_norm=t.max_grad_norm,
         seed=t.seed,
         data_seed=t.seed,
-        bf16=False,
-        fp16=False,
+        bf16=bf16,
+        fp16=fp16,
         gradient_checkpointing=False,
         max_length=t.max_seq_length,
         logging_strategy="epoch",
@@ -224,17 +251,23 @@ def run_forge(bp: BenchProject, *, verbose: bool) -> Figures:
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
     quiet_libraries()
+    real = opts.model != TINY
     overrides = [
+        *model_overrides(opts.model),
         f"training.epochs={opts.epochs}",
         "training.max_steps=-1",
         f"training.threads={opts.threads}",
     ]
+    if opts.max_seq_length:
+        overrides.append(f"training.max_seq_length={opts.max_seq_length}")
+    examples = opts.examples or (REAL_EXAMPLES if real else None)
+    bound = REAL_BOUND if real else BOUND
     began = time.perf_counter()
-    with example_project(overrides, keep=opts.keep) as bp:
+    with example_project(overrides, keep=opts.keep, examples=examples) as bp:
         t = bp.cfg.training
         inputs = prepare_bare(bp)
         print(
-            f"train_overhead: drone-router, model=tiny ({Path(inputs.model_dir).name}), lora r={bp.cfg.lora.r}, "
+            f"train_overhead: drone-router, model={opts.model} ({Path(inputs.model_dir).name}), lora r={bp.cfg.lora.r}, "
             f"{len(inputs.train_ds)} train / {len(inputs.dev_ds)} dev examples, epochs={t.epochs}, "
             f"batch_size={t.batch_size}, lr={t.learning_rate}, threads={opts.threads}, repeats={opts.repeats}"
         )
@@ -283,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the two sides did not train on the same tokens ({sorted(token_counts)})")
         return 2
     ratio = forge_med / bare_med if bare_med else 0.0
-    ok = ratio >= BOUND
+    ok = ratio >= bound
     if not ok:
         noise = max(spread(bare_tps), spread(forge_tps))
         if 1 - ratio <= noise:
@@ -292,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                 "rerun with more --repeats on a quiet machine"
             )
     print(
-        f"train_overhead: forge/bare tokens/s ratio = {ratio:.2f} (>= {BOUND}: {'PASS' if ok else 'FAIL'}{chosen.verdict_suffix})"
+        f"train_overhead: forge/bare tokens/s ratio = {ratio:.2f} (>= {bound}: {'PASS' if ok else 'FAIL'}{chosen.verdict_suffix})"
     )
     return 0 if ok else 1
 

@@ -115,7 +115,7 @@ def _part(cls: type, data: Any) -> Any:
     if cls is PlannerRecord:
         data = {**data, "usage": Usage(**data.get("usage", {}))}
     if cls is BestTrial:
-        data = {**data, "base": BaseModelRef(**data["base"])}
+        data = {**data, "base": BaseModelRef.from_dict(data["base"])}
     known = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in data.items() if k in known})
 

@@ -189,6 +189,21 @@ class CardFacts:
     config: dict[str, Any] = field(default_factory=dict)  # flattened config of the relevant groups
     system_prompt: str | None = None
     gate: str | None = None
+    base_provenance: dict[str, str] = field(default_factory=dict)  # BaseProvenance.to_dict()
+
+    @property
+    def base_kind(self) -> str:
+        """hub | local | offline-copy | tiny (versions of before provenance: tiny when built locally)."""
+        return self.base_provenance.get("kind") or ("tiny" if self.base_built_locally else "hub")
+
+    @property
+    def base_hub_id(self) -> str | None:
+        """The Hub id this adapter's base is (or stands in for); None for a local or tiny base."""
+        if self.base_kind == "hub":
+            return self.base_source
+        if self.base_kind == "offline-copy":
+            return self.base_provenance.get("stands_in_for")
+        return None
 
 
 def relevant_config(flat: dict[str, Any]) -> dict[str, Any]:
@@ -204,8 +219,8 @@ def _front_matter(facts: CardFacts) -> str:
     import yaml
 
     meta: dict[str, Any] = {}
-    if not facts.base_built_locally:
-        meta["base_model"] = facts.base_source
+    if facts.base_hub_id:
+        meta["base_model"] = facts.base_hub_id
     meta["library_name"] = "peft"
     meta["tags"] = ["forge-ml", "lora", "peft"]
     return yaml.safe_dump(meta, sort_keys=False, allow_unicode=True)
@@ -221,7 +236,23 @@ def _table(header: tuple[str, str], rows: list[tuple[str, str]]) -> list[str]:
 
 
 def _base_lines(facts: CardFacts) -> list[str]:
-    if facts.base_built_locally:
+    prov = facts.base_provenance
+    if facts.base_kind == "offline-copy":
+        hub_id = facts.base_hub_id
+        return [
+            f"- base model: an offline copy of [{hub_id}](https://huggingface.co/{hub_id})",
+            f"- weights: `{prov.get('file')}` from the Python package `{prov.get('name')}=={prov.get('version')}`, "
+            f"{prov.get('note', 'converted')}",
+            f"- weights file sha256: `{prov.get('sha256')}`",
+            "- the Hub's own weights differ from these by the quantization round trip: evaluate the adapter "
+            "on them before relying on it",
+        ]
+    if facts.base_kind == "local":
+        return [
+            f"- base model: a local directory (`{Path(facts.base_source).name}`), not on the Hub",
+            "- revision: none (a local directory)",
+        ]
+    if facts.base_kind == "tiny":
         return [
             f"- base model: built locally by forge-ml (`model=tiny`, `{Path(facts.base_source).name}`); "
             "it is not on the Hub, so this adapter loads only on that base (rebuild it from the project)",
@@ -234,7 +265,7 @@ def _base_lines(facts: CardFacts) -> list[str]:
 
 
 def _usage(facts: CardFacts) -> list[str]:
-    if facts.base_built_locally:
+    if not facts.base_hub_id:
         return []
     return [
         "## Usage",
@@ -326,3 +357,36 @@ def hub_snapshot(repo_id: str, revision: str | None) -> tuple[str, str | None]:
         raise RuntimeFault(f"model.name_or_path: cannot fetch {repo_id!r} from the Hub ({exc})") from exc
     name = Path(path).name  # the cache keeps each snapshot under its commit hash
     return path, name if re.fullmatch(r"[0-9a-f]{40}", name) else None
+
+
+def hub_offline() -> bool:
+    """Whether the user turned the Hub off (`HF_HUB_OFFLINE`, as huggingface_hub reads it)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def cached_snapshot(repo_id: str, revision: str | None) -> tuple[str, str | None] | None:
+    """Return (directory, commit) of a snapshot already in the local HF cache, or None; sends nothing."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        path = snapshot_download(repo_id, revision=revision, local_files_only=True)
+    except Exception:  # not cached (LocalEntryNotFoundError and kin)
+        return None
+    name = Path(path).name
+    return path, name if re.fullmatch(r"[0-9a-f]{40}", name) else None
+
+
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether a TCP connection to the Hub's host opens within `timeout_s` (no request is sent)."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    url = urlparse(os.environ.get("HF_ENDPOINT") or constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "", port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import tempfile
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,9 +80,9 @@ class ModelFiles:
         from forge_ml.models.loader import BaseModelRef
 
         if self.base is not None:
-            return BaseModelRef(str(self.base), None, True)
-        base = self.settings["base"]
-        return BaseModelRef(base["source"], base.get("revision"), False)
+            recorded = BaseModelRef.from_dict(self.settings["base"])
+            return BaseModelRef(str(self.base), None, True, recorded.provenance)
+        return replace(BaseModelRef.from_dict(self.settings["base"]), built_locally=False)
 
 
 @dataclass
@@ -158,6 +158,8 @@ class Registry:
                 self._log_model(run_id, model_dir)
         self._ensure_registered_model()
         version_tags = {k: str(v) for k, v in (tags or {}).items() if v is not None} | outcome.to_tags()
+        if base.provenance is not None:
+            version_tags |= base.provenance.tags()
         version = self.client.create_model_version(
             self.name, f"runs:/{run_id}/{ARTIFACT_PATH}", run_id=run_id, tags=version_tags
         )

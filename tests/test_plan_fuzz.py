@@ -190,7 +190,7 @@ def test_invalid_claude_plans_go_back_once_then_fall_back_never_applied(fake, pr
 
 
 # -- real rounds -------------------------------------------------------------------------------------
-ROUNDS = 20
+ROUNDS = 12
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "drone-router"
 
 

@@ -68,6 +68,7 @@ def _card_facts(registry: Any, files: Any, repo_id: str) -> Any:
         base_source=base["source"],
         base_revision=base.get("revision"),
         base_built_locally=bool(base.get("built_locally")),
+        base_provenance=dict(base.get("provenance") or {}),
         source_run_id=version.run_id,
         round_run_id=round_run_id,
         gold_accuracy=gold.accuracy if gold else None,

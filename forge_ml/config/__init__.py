@@ -22,7 +22,7 @@ from forge_ml.config.evaluation import EvalConfig
 from forge_ml.config.flywheel import FlywheelConfig
 from forge_ml.config.keys import config_value
 from forge_ml.config.lora import LoraConfig
-from forge_ml.config.model import ModelConfig, TinyModelConfig
+from forge_ml.config.model import ModelConfig, OfflineCopyConfig, TinyModelConfig
 from forge_ml.config.planner import BoundConfig, PlannerConfig
 from forge_ml.config.registry import GateConfig, RegistryConfig
 from forge_ml.config.task import TaskConfig
@@ -39,6 +39,7 @@ __all__ = [
     "GateConfig",
     "LoraConfig",
     "ModelConfig",
+    "OfflineCopyConfig",
     "PlannerConfig",
     "RegistryConfig",
     "TaskConfig",

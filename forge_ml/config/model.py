@@ -40,6 +40,29 @@ class TinyModelConfig:
 
 
 @dataclass
+class OfflineCopyConfig:
+    """Weights of a Hub model shipped inside a Python package (a GGUF file), used when the Hub is not.
+
+    Applies only while `model.name_or_path` is the Hub id named in `of`. The file is dequantized
+    once into forge-ml's cache (`FORGE_ML_CACHE`, default ~/.cache/forge-ml), keyed by its sha256.
+    """
+
+    of: str = field(default="", metadata={"help": "the Hub id these weights stand in for"})
+    package: str = field(default="", metadata={"help": "the installed distribution that ships the file"})
+    file: str = field(default="", metadata={"help": "the GGUF file's path inside that distribution"})
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.package)
+
+    def check(self, p: Problems) -> None:
+        if self.enabled and not (self.of and self.file):
+            p.add("of", "an offline copy needs `of` (the Hub id), `package` and `file`")
+        if self.file and not self.file.endswith(".gguf"):
+            p.add("file", f"{self.file!r}: only GGUF files are supported")
+
+
+@dataclass
 class ModelConfig:
     name_or_path: str = field(
         default=TINY,
@@ -71,6 +94,7 @@ class ModelConfig:
         default=None, metadata={"help": "token used for padding when the tokenizer defines none"}
     )
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    offline_copy: OfflineCopyConfig = field(default_factory=OfflineCopyConfig)
 
     @property
     def is_tiny(self) -> bool:
@@ -84,4 +108,7 @@ class ModelConfig:
             p.add("target_modules", "must list at least one module")
         sub = Problems(p.key("tiny"))
         self.tiny.check(sub)
+        p.extend(sub)
+        sub = Problems(p.key("offline_copy"))
+        self.offline_copy.check(sub)
         p.extend(sub)

@@ -20,6 +20,7 @@ NEVER_SEARCHED = (
     "model.revision",
     "model.trust_remote_code",
     "model.chat_template",
+    "model.offline_copy",
     "eval.scorer_path",
 )
 

@@ -21,7 +21,7 @@ from forge_ml.evaluation.report import EvalReport, write_report
 from forge_ml.evaluation.scorers import make_scorer
 from forge_ml.fileio import atomic_write_json
 from forge_ml.models.adapters import peft_config_for
-from forge_ml.models.loader import BaseModelRef, load_base_model, load_tokenizer, resolve_base
+from forge_ml.models.loader import BaseModelRef, load_base_model, load_tokenizer, pin_hub_commit, resolve_base
 from forge_ml.project import Project
 from forge_ml.tracking import TrackedRun, Tracker, config_params
 from forge_ml.training import train_sft
@@ -78,11 +78,17 @@ def run_train(
     with tracker.start_run(run_name, tags) as run:
         run.log_params(config_params(cfg))
         run.log_params({"model.source": base.source})
+        if base.provenance is not None:
+            run.set_tags(base.provenance.tags())
         _log_data(run, cfg, project, data)
 
         adapter_dir = project.output / "adapters" / run.run_id
         scratch = project.output / "tmp" / run.run_id
         model = load_base_model(base, cfg)
+        pinned = pin_hub_commit(base)
+        if pinned is not base and pinned.provenance is not None:
+            run.set_tags(pinned.provenance.tags())
+            base = pinned
         outcome = train_sft(
             cfg,
             model,

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from forge_ml import hub
 from forge_ml.config import ForgeConfig, LoraConfig, ModelConfig
 from forge_ml.errors import ConfigError, InputError
 from forge_ml.models.generation import auto_dtype
-from forge_ml.models.source import resolve_model_source
+from forge_ml.models.offline_copy import prepare_offline_copy
+from forge_ml.models.provenance import BaseProvenance
+from forge_ml.models.source import is_local, resolve_model_source
 from forge_ml.models.tiny import build_tiny_model
 from forge_ml.project import Project
 
@@ -23,16 +26,70 @@ class BaseModelRef:
 
     source: str  # absolute local directory or Hub id
     revision: str | None
-    built_locally: bool
+    built_locally: bool  # the directory exists on this machine only (tiny, an offline copy)
+    provenance: BaseProvenance | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "source": self.source,
+            "revision": self.revision,
+            "built_locally": self.built_locally,
+        }
+        if self.provenance is not None:
+            data["provenance"] = self.provenance.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BaseModelRef:
+        return cls(
+            source=data["source"],
+            revision=data.get("revision"),
+            built_locally=bool(data.get("built_locally")),
+            provenance=BaseProvenance.from_dict(data.get("provenance")),
+        )
+
+    def with_commit(self, commit: str | None) -> BaseModelRef:
+        """This Hub base pinned to the commit it resolved to (what trained on it can name it)."""
+        if not commit:
+            return self
+        provenance = self.provenance and replace(self.provenance, revision=commit)
+        return replace(self, revision=commit, provenance=provenance)
 
 
 def resolve_base(cfg: ForgeConfig, project: Project, training_text: list[str]) -> BaseModelRef:
-    """Return the base model reference, building the tiny model when `model=tiny`."""
+    """Return the base model reference, building the tiny model when `model=tiny`.
+
+    A Hub id with an offline copy configured (`model.offline_copy.of` is that id) resolves to
+    the Hub when its snapshot is in the HF cache, or when the Hub is allowed (HF_HUB_OFFLINE
+    unset) and reachable; else to the offline copy, converted once into forge-ml's cache.
+    """
     if cfg.model.is_tiny:
         path = build_tiny_model(training_text, cfg.model.tiny, project.output / "models")
-        return BaseModelRef(source=str(path), revision=None, built_locally=True)
+        return BaseModelRef(str(path), None, True, BaseProvenance(kind="tiny", name=path.name))
     source = resolve_model_source(cfg.model.name_or_path, project)
-    return BaseModelRef(source=source, revision=cfg.model.revision, built_locally=False)
+    if is_local(source):
+        return BaseModelRef(source, None, False, BaseProvenance(kind="local", name=source))
+    revision = cfg.model.revision
+    copy = cfg.model.offline_copy
+    if copy.enabled and copy.of == source and not _hub_usable(source, revision):
+        path, provenance = prepare_offline_copy(copy)
+        log.info("the Hub is not in use: %s loads from its offline copy (%s)", source, provenance.describe())
+        return BaseModelRef(str(path), None, True, provenance)
+    return BaseModelRef(source, revision, False, BaseProvenance(kind="hub", name=source, revision=revision))
+
+
+def _hub_usable(repo_id: str, revision: str | None) -> bool:
+    if hub.cached_snapshot(repo_id, revision) is not None:
+        return True
+    return not hub.hub_offline() and hub.hub_reachable()
+
+
+def pin_hub_commit(base: BaseModelRef) -> BaseModelRef:
+    """A Hub base with the commit of the snapshot it loaded from (from the HF cache); others unchanged."""
+    if base.provenance is None or base.provenance.kind != "hub" or is_local(base.source):
+        return base
+    cached = hub.cached_snapshot(base.source, base.revision)
+    return base.with_commit(cached[1]) if cached else base
 
 
 def torch_dtype(name: str):

@@ -165,7 +165,7 @@ def save_adapter_model(
         "max_new_tokens": max_new_tokens,
         "batch_size": batch_size,
         "trust_remote_code": trust_remote_code,
-        "base": {"source": base.source, "revision": base.revision, "built_locally": base.built_locally},
+        "base": base.to_dict(),
     }
     with tempfile.TemporaryDirectory(prefix="forge-model-") as tmp:
         work = Path(tmp)

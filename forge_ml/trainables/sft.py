@@ -65,6 +65,7 @@ def sft_trial(config: dict[str, Any], context: TrialContext) -> None:
 
     with tempfile.TemporaryDirectory(prefix="forge-trial-") as scratch:
         base = local_base(context.base_source, Path(scratch) / "base")
+        node["forge/base_path"] = base  # where this trial read the base from (recorded on its run)
         try:
             _train_and_report(cfg, context, base, Path(scratch), report, resume_dir, last, node)
         finally:

@@ -125,7 +125,13 @@ class RoundTracker(Callback):
         epoch = int(result.get("epoch", 0))
         done = self.logged_epochs[trial.trial_id]
         if not done and result.get("forge/node_id"):  # where the trial ran
-            run.set_tags({"forge.node_id": result["forge/node_id"], "forge.node_ip": result.get("node_ip")})
+            run.set_tags(
+                {
+                    "forge.node_id": result["forge/node_id"],
+                    "forge.node_ip": result.get("node_ip"),
+                    "forge.base_path": result.get("forge/base_path"),
+                }
+            )
         names = LOGGED_METRICS if epoch not in done else ("dev/accuracy", "train/tokens_per_s")
         metrics = {k: float(result[k]) for k in names if k in result}
         if metrics:

@@ -14,7 +14,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -183,16 +183,18 @@ def run_round(
         if not is_local(base.source) and nodes == 1:
             context.base_source, commit = hub_snapshot(base.source, base.revision)
             context.base_revision = None
-            base = replace(base, revision=commit or base.revision)  # versions name the commit trained on
+            base = base.with_commit(commit)  # versions name the commit trained on
         elif base.built_locally and nodes > 1:  # the tiny model exists on this machine only
             context.base_source = share_base(base.source, storage)
         name = name or next_round_name(tracker)
         searcher = make_searcher(cfg, params, warm_start or [], first_points or [])
         fit = _Fit(cfg, params, context, tracker, storage, name, searcher, track, restore_from, on_experiment)
+        base_tags = base.provenance.tags() if base.provenance else {}
         if round_run is not None:
+            round_run.set_tags(base_tags)
             result = fit.run(round_run, started)
         else:
-            round_tags = {"forge.kind": "round", "forge.round": name, **(tags or {})}
+            round_tags = {"forge.kind": "round", "forge.round": name, **(tags or {}), **base_tags}
             with tracker.start_run(name, round_tags) as own_run:
                 own_run.log_params(config_params(cfg))
                 result = fit.run(own_run, started)
