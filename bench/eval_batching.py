@@ -178,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
 
         runs: list[Figures] = []
         for i in range(opts.repeats):
-            for mode, size in (("one-by-one", 1), ("batched", batch_size)):
+            sides = (("one-by-one", 1), ("batched", batch_size))
+            for mode, size in sides if i % 2 == 0 else sides[::-1]:  # ABBA: drift favours neither
                 wait_for_quiet(opts.quiet_wait)
                 fig = measure(mode, size)
                 runs.append(fig)
