@@ -78,17 +78,14 @@ def run_train(
     with tracker.start_run(run_name, tags) as run:
         run.log_params(config_params(cfg))
         run.log_params({"model.source": base.source})
-        if base.provenance is not None:
-            run.set_tags(base.provenance.tags())
         _log_data(run, cfg, project, data)
 
         adapter_dir = project.output / "adapters" / run.run_id
         scratch = project.output / "tmp" / run.run_id
         model = load_base_model(base, cfg)
-        pinned = pin_hub_commit(base)
-        if pinned is not base and pinned.provenance is not None:
-            run.set_tags(pinned.provenance.tags())
-            base = pinned
+        base = pin_hub_commit(base)  # a Hub base: the commit it loaded
+        if base.provenance is not None:
+            run.set_tags(base.provenance.tags())
         outcome = train_sft(
             cfg,
             model,
