@@ -350,16 +350,15 @@ def registered(trained):
 def test_the_registered_version_serves_merges_evaluates_and_pushes_with_its_provenance(
     trained, registered, real_base, tmp_path
 ):
-    import mlflow
+    from forge_ml.registry import Registry
 
     root = trained.project.root
     provenance = real_base[1]
     assert {k: registered.tags.get(f"forge.base.{k}") for k in provenance} == provenance
-    uri = f"sqlite:///{root / 'mlflow.db'}"
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(uri)
+    registry = Registry.for_project(trained.cfg, trained.project)  # its own client: no global MLflow URI
+    assert registry.version(alias="challenger").version == registered.version
     prompts = ["take off to 30 m", "land now", "return to launch"]
-    answers = list(mlflow.pyfunc.load_model(f"models:/{root.name}@challenger").predict(prompts))
+    answers = list(registry.load(registered).predict(prompts))
     assert [json.loads(a)["cmd"] for a in answers][:2] == ["takeoff", "land"], answers
 
     merged = tmp_path / "merged"
