@@ -355,8 +355,7 @@ def hub_snapshot(repo_id: str, revision: str | None) -> tuple[str, str | None]:
         path = snapshot_download(repo_id, revision=revision)
     except Exception as exc:
         raise RuntimeFault(f"model.name_or_path: cannot fetch {repo_id!r} from the Hub ({exc})") from exc
-    name = Path(path).name  # the cache keeps each snapshot under its commit hash
-    return path, name if re.fullmatch(r"[0-9a-f]{40}", name) else None
+    return path, _snapshot_commit(path)
 
 
 def hub_offline() -> bool:
@@ -372,8 +371,7 @@ def cached_snapshot(repo_id: str, revision: str | None) -> tuple[str, str | None
         path = snapshot_download(repo_id, revision=revision, local_files_only=True)
     except Exception:  # not cached (LocalEntryNotFoundError and kin)
         return None
-    name = Path(path).name
-    return path, name if re.fullmatch(r"[0-9a-f]{40}", name) else None
+    return path, _snapshot_commit(path)
 
 
 def hub_reachable(timeout_s: float = 3.0) -> bool:
@@ -390,3 +388,9 @@ def hub_reachable(timeout_s: float = 3.0) -> bool:
             return True
     except OSError:
         return False
+
+
+def _snapshot_commit(path: str) -> str | None:
+    """The commit of an HF cache snapshot directory (the cache names each snapshot by its commit hash)."""
+    name = Path(path).name
+    return name if re.fullmatch(r"[0-9a-f]{40}", name) else None
