@@ -19,7 +19,7 @@ from typing import Any
 from forge_ml import __version__
 from forge_ml.commands import Command, Context, all_commands
 from forge_ml.console import console, results
-from forge_ml.errors import ForgeError, RuntimeFault, error_exit_code
+from forge_ml.errors import ForgeError, RuntimeFault, describe, error_exit_code
 from forge_ml.secrets import redact_text
 
 log = logging.getLogger("forge_ml")
@@ -32,44 +32,74 @@ QUIET_ENV = {
 COMMON_KEYS = ("command", "success", "exit_code", "run_id", "config_hash")
 
 
+class UsageError(Exception):
+    """The command line does not parse (argparse's message); exit 1."""
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a bad option or command is bad input: exit 1 (argparse's own 2 means a runtime fault here)."""
+    """argparse, but a bad option or command is bad input: exit 1 (argparse's own 2 means a runtime fault here).
+
+    Errors are raised as `UsageError` so that `--json` can answer with an envelope.
+    """
 
     def error(self, message: str):  # type: ignore[override]
         self.print_usage(sys.stderr)
-        self.exit(1, f"{self.prog}: error: {message}\n")
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _global_flags(parser: argparse.ArgumentParser, *, after_command: bool) -> None:
+    """-p/-v/--json, before the command or after it (after it, absent flags keep the values given before)."""
+    default = {"default": argparse.SUPPRESS} if after_command else {}
+    parser.add_argument(
+        "-p", "--project", help="project directory (default: the current directory or a parent)", **default
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging", **default)
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON envelope on stdout (for scripts and CI)",
+        **default,
+    )
 
 
 def _parser(commands: list[Command]) -> argparse.ArgumentParser:
     parser = _Parser(prog="forge-ml", description="Self-improving fine-tuning of small models.")
     parser.add_argument("--version", action="version", version=f"forge-ml {__version__}")
-    parser.add_argument(
-        "-p", "--project", help="project directory (default: the current directory or a parent)"
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    parser.add_argument(
-        "--json", action="store_true", help="print one JSON envelope on stdout (for scripts and CI)"
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _global_flags(parser, after_command=False)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     for command in commands:
-        command.configure(sub.add_parser(command.name, help=command.help))
+        child = sub.add_parser(command.name, help=command.help)
+        command.configure(child)
+        _global_flags(child, after_command=True)
     return parser
 
 
-def envelope(command: Command, ctx: Context, code: int, error: BaseException | None) -> dict[str, Any]:
+def envelope(
+    command: str | None, keys: tuple[str, ...], ctx: Context | None, code: int, error: BaseException | None
+) -> dict[str, Any]:
     """The JSON envelope of one invocation: the common keys, the command's keys (null when unknown), error."""
+    fields = ctx.fields if ctx else {}
     data: dict[str, Any] = {
-        "command": command.name,
+        "command": command,
         "success": code == 0,
         "exit_code": code,
-        "run_id": ctx.run_id,
-        "config_hash": ctx.config_hash,
+        "run_id": ctx.run_id if ctx else None,
+        "config_hash": ctx.config_hash if ctx else None,
     }
-    data |= {key: ctx.fields.get(key) for key in command.keys}
+    data |= {key: fields.get(key) for key in keys}
     data["error"] = (
-        None if error is None else {"class": type(error).__name__, "message": redact_text(str(error))}
+        None if error is None else {"class": type(error).__name__, "message": redact_text(_message(error))}
     )
     return data
+
+
+def _message(error: BaseException) -> str:
+    """What the user reads: a forge-ml error's own text; for anything else `Class: first line`, never empty."""
+    if isinstance(error, ForgeError | UsageError) and str(error).strip():
+        return str(error)
+    if isinstance(error, KeyboardInterrupt):
+        return "interrupted"
+    return describe(error)
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -85,23 +115,53 @@ def _run(command: Command, ctx: Context) -> tuple[int, BaseException | None]:
     try:
         return command.run(ctx), None
     except ForgeError as exc:
-        console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        console.print(f"[red]error:[/] {_message(exc)}", highlight=False, soft_wrap=True)
         return exc.exit_code, exc
     except KeyboardInterrupt as exc:
         console.print("[yellow]interrupted[/]")
         return 130, exc
     except Exception as exc:
         log.debug("unexpected failure", exc_info=True)
-        fault = RuntimeFault(f"{type(exc).__name__}: {exc}")
         console.print(
-            f"[red]error:[/] {fault} (run with -v for the traceback)", highlight=False, soft_wrap=True
+            f"[red]error:[/] {_message(exc)} (run with -v for the traceback)", highlight=False, soft_wrap=True
         )
-        return error_exit_code(fault), exc
+        return error_exit_code(RuntimeFault()), exc
+
+
+def _command_named(argv: list[str], commands: list[Command]) -> Command | None:
+    names = {c.name: c for c in commands}
+    return next((names[a] for a in argv if a in names), None)
+
+
+def _parse(commands: list[Command], argv: list[str], json_mode: bool):
+    """Parse `argv`; a usage error is exit 1 (an envelope with `--json`), `--help` exits 0 (help on stderr with `--json`)."""
+    stdout = sys.stdout
+    if json_mode:
+        sys.stdout = sys.stderr  # help and version text are for people
+    try:
+        return _parser(commands).parse_known_args(argv), None
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None, (1, exc)
+    except SystemExit as exc:  # --help, --version
+        return None, (exc.code if isinstance(exc.code, int) else 0, None)
+    finally:
+        sys.stdout = stdout
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     commands = all_commands()
-    args, extra = _parser(commands).parse_known_args(argv)
+    json_mode = "--json" in argv
+    parsed, stopped = _parse(commands, argv, json_mode)
+    if stopped is not None:
+        code, error = stopped
+        if json_mode:
+            named = _command_named(argv, commands)
+            name, keys = (named.name, named.keys) if named else (None, ())
+            print(json.dumps(envelope(name, keys, None, code, error), default=str))
+        return code
+    args, extra = parsed
     _setup_logging(args.verbose)
     for name, value in QUIET_ENV.items():  # progress bars of libraries clutter the command's own output
         os.environ.setdefault(name, value)
@@ -119,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         code, error = _run(command, ctx)
     finally:
         sys.stdout = stdout
-    stdout.write(json.dumps(envelope(command, ctx, code, error), default=str) + "\n")
+    stdout.write(json.dumps(envelope(command.name, command.keys, ctx, code, error), default=str) + "\n")
     return code
 
 

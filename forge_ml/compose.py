@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from forge_ml.config import ForgeConfig, validate_config
-from forge_ml.errors import ConfigError
+from forge_ml.errors import ConfigError, ForgeError, RuntimeFault, describe, first_line
 from forge_ml.project import CONFIG_FILE, Project, read_utf8
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ def _composition_error(project: Project, exc: Exception) -> ConfigError:
 def _yaml_error(project: Project, exc: Exception) -> ConfigError:
     """A YAML syntax error as `file:line: not valid YAML (problem at column N)`."""
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    problem = getattr(exc, "problem", None) or getattr(exc, "context", None) or str(exc).splitlines()[0]
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None) or first_line(exc)
     if mark is None:
         return ConfigError(f"{project.config_file}: not valid YAML ({problem})")
     where = mark.name if mark.name and not mark.name.startswith("<") else str(project.config_file)
@@ -101,10 +102,20 @@ class JobResult:
 @dataclass
 class LaunchResult:
     jobs: list[JobResult] = field(default_factory=list)
+    rounds: list[Any] = field(default_factory=list)  # RoundResults of the `tune` sweeper (it runs no job)
 
     @property
     def failed(self) -> list[JobResult]:
         return [job for job in self.jobs if job.error is not None]
+
+
+_launching: LaunchResult | None = None  # the launch in progress, for `report_round`
+
+
+def report_round(round_result: Any) -> None:
+    """The `tune` sweeper's round, handed to the command that launched it (its envelope names the round)."""
+    if _launching is not None:
+        _launching.rounds.append(round_result)
 
 
 def launch(
@@ -124,8 +135,10 @@ def launch(
     """
     import hydra
     from hydra.core.hydra_config import HydraConfig
+    from hydra.errors import HydraException
     from hydra.types import RunMode
     from omegaconf import DictConfig
+    from omegaconf.errors import OmegaConfBaseException
 
     result = LaunchResult()
 
@@ -163,15 +176,29 @@ def launch(
     ]
     if multirun:
         argv.insert(1, "--multirun")
-    saved = sys.argv
-    sys.argv = argv
+    global _launching
+    saved, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
+    sys.argv, _launching = argv, result
+    os.environ["HYDRA_FULL_ERROR"] = (
+        "1"  # Hydra raises instead of printing and exiting 1: the class decides the code
+    )
     try:
         main()
-    except SystemExit as exc:  # Hydra reports its own errors and exits
+    except SystemExit as exc:  # --help, --cfg, --info: Hydra prints and exits
         if exc.code not in (0, None):
             raise ConfigError(
                 f"Hydra could not run the job (exit {exc.code}); see the message above"
             ) from None
+    except ForgeError:
+        raise
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(f"Hydra could not run the job: {first_line(exc)}") from exc
+    except Exception as exc:  # the sweeper or launcher failed while running: a retry may help
+        raise RuntimeFault(f"the Hydra sweep failed while running: {describe(exc)}") from exc
     finally:
-        sys.argv = saved
+        sys.argv, _launching = saved, None
+        if full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = full_error
     return result

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import traceback
+from pathlib import Path
+
 EXIT_OK = 0
 EXIT_BAD_INPUT = 1  # bad configuration or input: do not retry
 EXIT_RUNTIME = 2  # runtime failure: a retry may help
@@ -39,3 +42,27 @@ def error_exit_code(error: BaseException | None) -> int:
     if isinstance(error, KeyboardInterrupt):
         return 130
     return EXIT_RUNTIME
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """The first non-blank line of an exception's message; for one raised without a message, where it was raised."""
+    for line in str(exc).splitlines():
+        if line.strip():
+            return line.strip()[:limit]
+    return _no_message(exc)
+
+
+def describe(exc: BaseException) -> str:
+    """`Class: first line` of an exception, never empty."""
+    line = first_line(exc)
+    return line if not str(exc).strip() else f"{type(exc).__name__}: {line}"
+
+
+def _no_message(exc: BaseException) -> str:
+    """`Class with no message, raised at dir/file.py:N (function)`: the innermost frame says what failed."""
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
+    if not frames:
+        return f"{type(exc).__name__} with no message"
+    frame = frames[-1]
+    where = "/".join(Path(frame.filename).parts[-2:])
+    return f"{type(exc).__name__} with no message, raised at {where}:{frame.lineno} ({frame.name})"

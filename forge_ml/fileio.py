@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
+import socket
+import stat
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -17,12 +20,13 @@ def atomic_write_text(path: Path, text: str, *, verify: Callable[[Path], None] |
     """Write `text` to `path` through a temp file in the same directory and a rename.
 
     `verify(temp_path)` runs on the complete temp file before the rename; raising there leaves
-    `path` untouched.
+    `path` untouched. The file keeps its permission bits (a new one gets the umask's).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_orphans(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=TEMP_SUFFIX, dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{writer_tag()}.", suffix=TEMP_SUFFIX, dir=path.parent)
     try:
+        os.fchmod(fd, _mode_for(path))
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
             fh.flush()
@@ -50,12 +54,49 @@ def _sync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _mode_for(path: Path) -> int:
+    """The permission bits the rewritten `path` keeps: its own, or for a new file 0o666 less the umask."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        return 0o666 & ~_umask()
+
+
+@functools.cache
+def _umask() -> int:
+    """The process umask (read once: setting it to read it is not thread-safe)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def writer_tag() -> str:
+    """`PID@HOST` of this process, as temp names carry it (dots in the host name become `_`)."""
+    return f"{os.getpid()}@{_host()}"
+
+
+def _host() -> str:
+    return socket.gethostname().replace(".", "_") or "localhost"
+
+
+def writer_gone(tag: str) -> bool:
+    """Whether the writer a temp name's `PID@HOST` tag names is dead: only a process on this host can be checked.
+
+    On shared storage another host's in-flight write is never taken for an orphan. A bare PID
+    (an older temp name) counts as this host's.
+    """
+    pid, _, host = tag.partition("@")
+    if not pid.isdigit() or (host and host != _host()):
+        return False
+    return not pid_alive(int(pid))
+
+
 def remove_orphans(path: Path) -> list[Path]:
-    """Delete the temp files of writes to `path` whose process is gone (killed mid-write); return them."""
+    """Delete the temp files of writes to `path` whose process on this host is gone (killed mid-write)."""
     removed = []
     for tmp in path.parent.glob(f".{glob.escape(path.name)}.*{TEMP_SUFFIX}"):
-        pid = tmp.name[len(path.name) + 2 :].split(".", 1)[0]
-        if pid.isdigit() and not pid_alive(int(pid)):
+        tag = tmp.name[len(path.name) + 2 :].split(".", 1)[0]
+        if writer_gone(tag):
             tmp.unlink(missing_ok=True)
             removed.append(tmp)
     return removed

@@ -24,7 +24,7 @@ from forge_ml.compose import compose_config
 from forge_ml.config import ForgeConfig, config_to_dict, validate_config
 from forge_ml.console import console, print_round
 from forge_ml.data.project_data import load_project_data
-from forge_ml.errors import ForgeError, RuntimeFault
+from forge_ml.errors import ForgeError, RuntimeFault, describe, first_line
 from forge_ml.evaluation.report import score_outputs, write_report
 from forge_ml.evaluation.scorers import make_scorer
 from forge_ml.faults import failpoint
@@ -48,7 +48,7 @@ from forge_ml.planner.history import FAILURES_FILE, read_failures
 from forge_ml.project import Project, ProjectLock, patch_config
 from forge_ml.registry import GoldOutcome, Registry
 from forge_ml.search import parse_space
-from forge_ml.tracking import TrackedRun, Tracker, config_params, error_line, tracking_unreachable
+from forge_ml.tracking import TrackedRun, Tracker, config_params, tracking_unreachable
 from forge_ml.tuning.engine import run_round
 from forge_ml.tuning.runtime import ray_runtime
 from forge_ml.tuning.storage import copy_adapter
@@ -170,7 +170,7 @@ class Flywheel:
             self._fail(state, exc)
             if tracking_unreachable(exc):
                 raise RuntimeFault(
-                    f"round {number}: the tracking server stopped answering ({error_line(exc)}); "
+                    f"round {number}: the tracking server stopped answering ({first_line(exc)}); "
                     "the round is kept as it stands: run `forge-ml flywheel` again once it is back"
                 ) from exc
             raise
@@ -405,7 +405,9 @@ class Flywheel:
         if cfg.flywheel.git_commit:
             accuracy = f"{record.gold_accuracy * 100:.1f}%" if record.gold_accuracy is not None else "no eval"
             journal.git_commit(
-                self.project, f"forge iter {state.round}: {accuracy} — {record.hypothesis[:120]}"
+                self.project,
+                f"forge iter {state.round}: {accuracy} — {record.hypothesis[:120]}",
+                journal.round_files(self.project, self.project.resolve(cfg.task.canonical_path)),
             )
         self.tracker.end_children(run.run_id)  # trial runs of an attempt that was not restored
         journal.append_record(self.project, record)  # the round counts as done from here
@@ -445,9 +447,7 @@ class Flywheel:
         save_state(self.project, state)  # the local record first: MLflow may be the thing that failed
         if run_id is None:
             return
-        error = (
-            "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {str(exc)[:500]}"
-        )
+        error = "interrupted" if isinstance(exc, KeyboardInterrupt) else describe(exc)
         try:
             run = TrackedRun(self.tracker.client, run_id)
             run.set_tags({"forge.error": error})

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forge_ml.errors import ForgeError, InputError, RuntimeFault
+from forge_ml.errors import InputError, RuntimeFault, first_line
 from forge_ml.secrets import redact_mapping, redact_text
 
 TOKEN_ENV = "HF_TOKEN"
@@ -93,8 +93,12 @@ class HubClient:
                 name = self.api.whoami().get("name")
         except TokenRefused:
             raise
-        except ForgeError as exc:
+        except InputError as exc:
             raise InputError(f"{exc}; pass --repo namespace/name to push without it") from None
+        except RuntimeFault as exc:  # the Hub did not answer: a retry may help
+            raise RuntimeFault(
+                f"{exc}; try again, or pass --repo namespace/name to push without it"
+            ) from None
         if not name:
             raise InputError(f"{self.endpoint}/api/whoami-v2 named no user; pass --repo namespace/name")
         return str(name)
@@ -144,7 +148,7 @@ class HubClient:
             raise InputError(f"HF_HUB_OFFLINE is set: unset it to push to the Hub ({doing})") from None
         except HfHubHTTPError as exc:
             status = exc.response.status_code if exc.response is not None else None
-            first = redact_text(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+            first = redact_text(first_line(exc))
             if status in (401, 403):
                 raise TokenRefused(
                     f"the Hub at {self.endpoint} refused {TOKEN_ENV} while {doing} (HTTP {status}): "
@@ -358,6 +362,27 @@ def hub_snapshot(repo_id: str, revision: str | None) -> tuple[str, str | None]:
     return path, _snapshot_commit(path)
 
 
+def transient_failure(exc: BaseException) -> bool:
+    """Whether a failed Hub request may succeed on a retry: no connection, a timeout, HTTP 429 or 5xx.
+
+    Walks the exception's causes: transformers wraps the Hub's errors in an OSError.
+    """
+    from huggingface_hub.errors import HfHubHTTPError
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, HfHubHTTPError):
+            status = current.response.status_code if current.response is not None else None
+            return status is None or status == 429 or status >= 500
+        transport = type(current).__module__.split(".")[0] in {"httpx", "httpx2", "httpcore", "httpcore2"}
+        if isinstance(current, ConnectionError | TimeoutError) or transport:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def hub_offline() -> bool:
     """Whether the user turned the Hub off (`HF_HUB_OFFLINE`, as huggingface_hub reads it)."""
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
@@ -374,14 +399,19 @@ def cached_snapshot(repo_id: str, revision: str | None) -> tuple[str, str | None
     return path, _snapshot_commit(path)
 
 
+def endpoint() -> str:
+    """The Hub's base URL: `HF_ENDPOINT`, else huggingface_hub's default."""
+    from huggingface_hub import constants
+
+    return os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
+
+
 def hub_reachable(timeout_s: float = 3.0) -> bool:
     """Whether a TCP connection to the Hub's host opens within `timeout_s` (no request is sent)."""
     import socket
     from urllib.parse import urlparse
 
-    from huggingface_hub import constants
-
-    url = urlparse(os.environ.get("HF_ENDPOINT") or constants.ENDPOINT)
+    url = urlparse(endpoint())
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
         with socket.create_connection((url.hostname or "", port), timeout=timeout_s):

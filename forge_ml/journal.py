@@ -208,20 +208,36 @@ def plot_rounds(records: list[RoundRecord], path: Path) -> Path | None:
     return path
 
 
-def git_commit(project: Project, message: str) -> bool:
-    """Commit the project's tracked and new files when it is a git repository; return whether it did."""
+def round_files(project: Project, canonical: Path) -> list[Path]:
+    """The project files a flywheel round may write: the ones its git commit takes, and nothing else."""
+    return [
+        project.config_file,
+        project.root / BACKGROUND,
+        project.root / CONTEXT,
+        project.root / PLAN,
+        canonical,
+    ]
+
+
+def git_commit(project: Project, message: str, paths: list[Path]) -> bool:
+    """Commit `paths` (those that exist) when the project is in a git work tree; return whether it did.
+
+    Only these paths are added and committed (`git commit --only`): an untracked `.env` in the
+    project, or changes someone staged elsewhere in an enclosing repository, are left alone.
+    """
 
     def git(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
             ["git", "-C", str(project.root), *args], capture_output=True, text=True, timeout=60, check=False
         )
 
+    present = [str(p.resolve()) for p in paths if p.exists()]
     try:
         inside = git("rev-parse", "--is-inside-work-tree")
-        if inside.returncode != 0 or inside.stdout.strip() != "true":
+        if inside.returncode != 0 or inside.stdout.strip() != "true" or not present:
             return False
-        git("add", "-A", ".")
-        done = git("commit", "-q", "-m", message)
+        git("add", "--", *present)
+        done = git("commit", "-q", "--only", "-m", message, "--", *present)
     except (OSError, subprocess.TimeoutExpired) as exc:
         log.warning("git commit skipped: %s", exc)
         return False

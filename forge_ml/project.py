@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -17,7 +18,6 @@ from forge_ml.fileio import pid_alive
 
 CONFIG_FILE = "forge.yaml"
 LOCK = "flywheel.lock"
-HALF_WRITTEN_S = 10.0  # an empty lock file older than this was left by a killed process
 
 
 @dataclass(frozen=True)
@@ -201,40 +201,109 @@ def load_project_function(path: Path, name: str, signature: str) -> Any:
 
 
 class ProjectLock:
-    """An exclusive lock file: a second flywheel on the same project is refused; a dead owner's lock is taken over."""
+    """The project's writer lock: one command at a time changes canonical, forge.yaml, the flywheel state or the champion.
 
-    def __init__(self, project: Project) -> None:
+    Held as an `fcntl.flock` on `output/flywheel.lock` for as long as the command runs, so the kernel
+    releases it when the holder dies (SIGKILL included): taking over a dead owner's lock is the same
+    atomic `flock` as taking a free one, and two starters can never both win. The file also names its
+    holder (command, pid, host) for the refusal message; a file that names a live process on this
+    host is respected even without the flock. Re-entrant within one process (the flywheel's seed
+    merge runs under the flywheel's own lock).
+    """
+
+    _held: dict[Path, int] = {}  # lock path -> depth, in this process
+
+    def __init__(self, project: Project, command: str = "flywheel") -> None:
         self.path = project.output / LOCK
+        self.command = command
         self.recovered = False  # took over the lock of a process that is gone
         self.recovered_from: int | None = None  # its pid, when the lock names one
+        self._fd: int | None = None
 
     def __enter__(self) -> ProjectLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(2):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                owner = self._owner()
-                same_host = owner.get("host") == socket.gethostname()
-                dead = same_host and isinstance(owner.get("pid"), int) and not pid_alive(owner["pid"])
-                # a process killed between creating the lock and writing its pid leaves it empty
-                half_written = not owner and time.time() - self.path.stat().st_mtime > HALF_WRITTEN_S
-                if dead or half_written:
-                    self.recovered, self.recovered_from = True, owner.get("pid")
-                    self.path.unlink(missing_ok=True)
-                    continue
-                raise InputError(
-                    f"{self.path}: another forge-ml flywheel (pid {owner.get('pid')} on {owner.get('host')}) "
-                    "is running on this project; wait for it, or remove the lock if that process is gone"
-                ) from None
-            with os.fdopen(fd, "w") as fh:
-                json.dump({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}, fh)
+        key = self.path.resolve()
+        if key in ProjectLock._held:
+            ProjectLock._held[key] += 1
             return self
-        raise InputError(f"{self.path}: could not take the project lock")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(20):  # another process may unlink the file between our open and our flock
+            try:
+                fd, existed = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644), False
+            except FileExistsError:
+                try:
+                    fd, existed = os.open(self.path, os.O_RDWR), True
+                except FileNotFoundError:
+                    continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                self._refuse(self._owner())
+            if not self._same_file(fd):  # its holder released and removed it: start over
+                os.close(fd)
+                continue
+            owner = self._owner()
+            if owner and self._alive_elsewhere(owner):
+                os.close(fd)
+                self._refuse(owner)
+            if existed:  # an unlocked lock file: its holder died without removing it
+                self.recovered, self.recovered_from = True, owner.get("pid")
+            self._claim(fd)
+            ProjectLock._held[key] = 1
+            return self
+        raise InputError(f"{self.path}: could not take the project lock (it kept changing hands)")
 
     def __exit__(self, *exc: object) -> None:
-        if self._owner().get("pid") == os.getpid():
-            self.path.unlink(missing_ok=True)
+        key = self.path.resolve()
+        depth = ProjectLock._held.get(key, 0)
+        if depth > 1:
+            ProjectLock._held[key] = depth - 1
+            return
+        ProjectLock._held.pop(key, None)
+        if self._fd is None:
+            return
+        try:
+            if self._same_file(self._fd):
+                self.path.unlink(missing_ok=True)  # while still holding the flock (see _same_file)
+        finally:
+            os.close(self._fd)
+            self._fd = None
+
+    def _claim(self, fd: int) -> None:
+        data = {
+            "command": self.command,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": time.time(),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(data).encode(), 0)
+        self._fd = fd
+
+    def _same_file(self, fd: int) -> bool:
+        """Whether the path still names the file `fd` holds (a released lock is unlinked before its flock goes)."""
+        try:
+            return os.stat(self.path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            return False
+
+    @staticmethod
+    def _alive_elsewhere(owner: dict[str, Any]) -> bool:
+        """A lock naming a live process on this host other than us (its holder does not use flock)."""
+        pid = owner.get("pid")
+        return (
+            owner.get("host") == socket.gethostname()
+            and isinstance(pid, int)
+            and pid != os.getpid()
+            and pid_alive(pid)
+        )
+
+    def _refuse(self, owner: dict[str, Any]) -> None:
+        command = owner.get("command", "flywheel")
+        raise InputError(
+            f"{self.path}: another forge-ml {command} (pid {owner.get('pid')} on {owner.get('host')}) "
+            "is running on this project; wait for it, or remove the lock if that process is gone"
+        ) from None
 
     def _owner(self) -> dict[str, Any]:
         try:

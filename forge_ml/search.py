@@ -22,7 +22,7 @@ from typing import Any
 from forge_ml.config import ForgeConfig
 from forge_ml.config.overrides import schema_type, typed_value, with_overrides
 from forge_ml.config.planner import never_searched
-from forge_ml.errors import ConfigError
+from forge_ml.errors import ConfigError, first_line
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def parse_param(key: str, expression: str) -> SearchParam:
     try:
         value = OverridesParser.create().parse_override(f"{key}={expression}").value()
     except HydraException as exc:
-        first = str(exc).splitlines()[0]
+        first = first_line(exc)
         raise ConfigError(f"search space: {key}={expression!r} does not parse ({first})") from None
     tags = getattr(value, "tags", set()) or set()
     if isinstance(value, ChoiceSweep):
@@ -228,7 +228,7 @@ def split_sweep_overrides(overrides: list[str]) -> tuple[dict[str, str], list[st
         try:
             override = OverridesParser.create().parse_override(line)
         except HydraException as exc:
-            raise ConfigError(f"command line: {line!r} does not parse ({str(exc).splitlines()[0]})") from None
+            raise ConfigError(f"command line: {line!r} does not parse ({first_line(exc)})") from None
         if override.is_sweep_override():
             space[override.get_key_element().lstrip("+~")] = line.split("=", 1)[1]
         else:

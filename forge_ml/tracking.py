@@ -13,7 +13,7 @@ from typing import Any
 
 from forge_ml.config import ForgeConfig, config_hash, config_to_dict
 from forge_ml.data.examples import Example
-from forge_ml.errors import RuntimeFault
+from forge_ml.errors import RuntimeFault, describe
 from forge_ml.project import Project
 from forge_ml.secrets import flatten, redact_mapping, redact_text
 
@@ -40,7 +40,7 @@ def experiment_name(cfg: ForgeConfig) -> str:
 def _no_answer_reason(exc: Exception) -> str:
     """The network cause inside a failed request's message, e.g. "[Errno 111] Connection refused"."""
     found = _NO_ANSWER.search(str(exc))
-    return found[0] if found else f"{type(exc).__name__}: {str(exc)[:300]}"
+    return found[0] if found else describe(exc)
 
 
 def check_server(
@@ -142,7 +142,7 @@ class TrackedRun:
             self.set_tags({"forge.error": "interrupted"})
             self.finish("KILLED")
         else:
-            self.set_tags({"forge.error": f"{exc_type.__name__}: {str(exc)[:500]}"})
+            self.set_tags({"forge.error": describe(exc)})
             self.finish("FAILED")
 
     def finish(self, status: str) -> None:
@@ -296,7 +296,3 @@ def tracking_unreachable(exc: BaseException) -> bool:
             return True
         exc = exc.__cause__ or exc.__context__
     return False
-
-
-def error_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__

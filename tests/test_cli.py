@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from conftest import run_cli, write_jsonl
@@ -100,6 +101,38 @@ def test_missing_local_model_path_exits_1_without_a_hub_lookup(small_project):
     )
     assert result.returncode == 1
     assert "weights/my-model" in result.stderr and "not found" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "code", "fragment"),
+    [
+        (
+            {"HF_HUB_OFFLINE": "1"},
+            1,
+            "no snapshot of the Hub repo 'output/pretrain_merged' in the HF cache while HF_HUB_OFFLINE",
+        ),
+        (
+            {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9"},
+            2,
+            "the Hub (http://127.0.0.1:9) does not answer",
+        ),
+    ],
+)
+def test_a_missing_project_path_shaped_like_a_hub_id_names_both_readings(
+    small_project, tmp_path, env, code, fragment
+):
+    started = time.monotonic()
+    result = run_cli(
+        "--json", "train", "model.name_or_path=output/pretrain_merged",  # what `pretrain` tells the user to use
+        cwd=small_project.root, env={**env, "HF_HOME": str(tmp_path / "hf")},
+    )  # fmt: skip
+    message = json.loads(result.stdout)["error"]["message"]
+    assert result.returncode == code, result.stderr[-2000:]
+    assert (
+        f"no directory {small_project.root / 'output' / 'pretrain_merged'}, and " in message
+        and fragment in message
+    )
+    assert time.monotonic() - started < 30  # decided before the Hub client's retries
 
 
 def test_empty_training_set_is_an_input_error(small_project):

@@ -78,3 +78,38 @@ def test_failure_envelopes_carry_the_error_class_and_what_is_known(
     assert data["success"] is False and data["error"]["class"] == error_class
     assert fragment in data["error"]["message"]
     assert (data["config_hash"] is not None) == has_hash
+
+
+@pytest.mark.parametrize(
+    "args, command, fragment",
+    [
+        (["--json", "bogus"], None, "invalid choice: 'bogus'"),
+        (["--json", "generate", "--n", "abc"], "generate", "argument --n: invalid int value: 'abc'"),
+        (["generate", "--json", "--batch-size"], "generate", "argument --batch-size: expected one argument"),
+    ],
+)
+def test_a_command_line_that_does_not_parse_still_answers_with_an_envelope(args, command, fragment):
+    result = run_cli(*args)
+    data = envelope(result)
+    assert result.returncode == 1 and data["exit_code"] == 1 and data["success"] is False
+    assert data["command"] == command
+    assert data["error"]["class"] == "UsageError" and fragment in data["error"]["message"]
+    assert fragment in result.stderr  # people still read it on stderr
+
+
+def test_help_with_json_goes_to_stderr_and_stdout_keeps_the_envelope():
+    result = run_cli("--json", "status", "--help")
+    data = envelope(result)
+    assert result.returncode == 0 and data["command"] == "status" and data["error"] is None
+    assert "usage: forge-ml status" in result.stderr
+
+
+def test_global_flags_are_accepted_after_the_command(tmp_path):
+    root = tmp_path / "proj"
+    assert run_cli("-p", str(tmp_path), "init", "proj", "--example", "drone-router").returncode == 0
+    after = run_cli("status", "-p", str(root), "--json")
+    data = envelope(after)
+    assert after.returncode == 0, after.stderr[-2000:]
+    assert data["command"] == "status" and data["project"] == str(root)
+    missing = run_cli("status", "--json", "-p", str(tmp_path / "nowhere"))
+    assert missing.returncode == 1 and "nowhere: no forge.yaml here" in envelope(missing)["error"]["message"]

@@ -36,7 +36,13 @@ DATA_KEYS = [
     "batch_id",
     "dry_run",
 ]
-KEYS = {"generate": DATA_KEYS, "patch": DATA_KEYS, "augment": DATA_KEYS, "clean": ["removed", "kept", "path"]}
+KEYS = {
+    "generate": DATA_KEYS,
+    "patch": DATA_KEYS,
+    "augment": DATA_KEYS,
+    "clean": ["removed", "kept", "path"],
+    "promote": ["model", "version", "decision", "reasons", "p_value", "compared_to", "champion"],
+}
 KEY = "sk-ant-test-datacommands0000000001"
 OFFLINE = {"ANTHROPIC_API_KEY": ""}
 START = 40  # canonical examples the tests start from
@@ -403,6 +409,10 @@ def test_clean_keeps_hand_written_examples_and_records_the_version(project):
         (["generate", "--batch-size", "0"], "--batch-size 0"),
         (["generate", "--output", "missing/more.jsonl"], "missing does not exist"),
         (["generate", "--output", "dataset/gold.jsonl"], "gold set"),
+        (
+            ["generate", "--output", "forge.yaml"],
+            "forge.yaml: the file exists; name a new file, or pass --force",
+        ),
         (["generate", "--batch"], "--batch needs Claude"),
         (["augment"], "eval_failures.jsonl: not found"),
         (["augment", "empty-failures"], "eval_failures.jsonl: holds no failures"),
@@ -424,8 +434,8 @@ def test_bad_input_exits_1_naming_it_and_changes_nothing(project, args, fragment
     assert not (project.root / "mlflow.db").exists()  # refused before any MLflow run
 
 
-@pytest.mark.parametrize("args", [["generate", "--n", "5"], ["clean"]])
-def test_a_running_flywheel_holds_canonical(project, args):
+@pytest.mark.parametrize("args", [["generate", "--n", "5"], ["clean"], ["promote"]])
+def test_a_running_flywheel_holds_canonical_and_the_champion(project, args):
     lock = project.root / "output" / "flywheel.lock"
     lock.parent.mkdir(exist_ok=True)
     lock.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": 0}))

@@ -94,6 +94,9 @@ def test_claude_flywheel_rounds_gate_record_and_resume(project, monkeypatch, pro
     subprocess.run(
         ["git", "-C", str(root), "commit", "-qm", "start"], check=True, env={**os.environ, **GIT_ENV}
     )
+    (root / ".env").write_text("DRONE_API_TOKEN=local-only\n")  # untracked: the round must not commit it
+    (root / "notes.txt").write_text("staged by the user, not ready\n")
+    subprocess.run(["git", "-C", str(root), "add", "notes.txt"], check=True)
     with FakeAnthropic() as fake:
         fake.on_tool("propose_experiment", claude_plan)
         fake.on_tool("write_examples", hover_examples)
@@ -163,6 +166,20 @@ def test_claude_flywheel_rounds_gate_record_and_resume(project, monkeypatch, pro
     assert log.splitlines()[0].startswith("forge iter 2: ") and log.splitlines()[1].startswith(
         "forge iter 1: "
     )
+    committed = subprocess.run(
+        ["git", "-C", str(root), "log", "--name-only", "--format=", "HEAD~2..HEAD"],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert set(committed) == {
+        "forge.yaml",
+        "BACKGROUND.md",
+        "AGENT_CONTEXT.md",
+        "PLAN.md",
+        "dataset/canonical.jsonl",
+    }
+    status = subprocess.run(["git", "-C", str(root), "status", "--porcelain"], capture_output=True, text=True)
+    assert "A  notes.txt" in status.stdout.splitlines() and "?? .env" in status.stdout.splitlines()
 
     # forge.yaml, BACKGROUND.md and the loop's files were replaced whole, never edited in place
     assert watch.in_place == [] and {"forge.yaml", "BACKGROUND.md", "dataset/canonical.jsonl"} <= set(

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from forge_ml.config import EvalConfig
-from forge_ml.data.examples import Example
-from forge_ml.errors import InputError, RuntimeFault
+from forge_ml.data.examples import Example, metric_name, safe_category
+from forge_ml.errors import InputError
 from forge_ml.evaluation.report import score_outputs, write_report
 from forge_ml.evaluation.scorers import make_scorer
 
@@ -63,7 +66,7 @@ def test_broken_custom_scorer_is_an_input_error(tmp_path, body, error, fragment)
 def test_custom_scorer_that_raises_or_leaves_range_is_reported(tmp_path):
     (tmp_path / "scorer.py").write_text("def score(e, a):\n    return 1 / 0 if a == 'x' else 7\n")
     score = make_scorer(EvalConfig(scorer="custom"), tmp_path)
-    with pytest.raises(RuntimeFault, match="ZeroDivisionError"):
+    with pytest.raises(InputError, match="score\\(\\) raised ZeroDivisionError: division by zero"):
         score("e", "x")
     with pytest.raises(InputError, match=r"\[0, 1\]"):
         score("e", "y")
@@ -98,3 +101,21 @@ def test_report_counts_categories_and_forbidden_outputs(tmp_path):
     assert [r["input"] for r in rows] == ["b", "d"]
     assert rows[1]["forbidden"] == "(?i)as an ai" and rows[1]["category"] == "rtl"
     assert set(rows[0]) >= {"input", "expected", "actual", "category"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(min_size=1, max_size=80), min_size=1, max_size=12, unique=True))
+def test_any_category_becomes_a_distinct_mlflow_metric_name(categories):
+    from mlflow.utils.validation import _validate_metric_name
+
+    cfg = EvalConfig(scorer="exact")
+    examples = [Example(f"q{i}", "a", {"category": c}) for i, c in enumerate(categories)]
+    report = score_outputs(examples, ["a"] * len(examples), make_scorer(cfg, Path(".")), cfg)
+    names = [k for k in report.metrics("gold") if k.startswith("gold/accuracy/")]
+    assert len(names) == len(categories)  # none merged into another
+    for name in names:
+        _validate_metric_name(name)  # raises MlflowException for a name MLflow refuses
+    assert set(report.metric_names) == {c for c in categories if not safe_category(c)} - {
+        c for c in categories if metric_name(c) == c
+    }
+    assert report.summary().get("metric_names", {}) == report.metric_names

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -185,6 +186,7 @@ def runs_of_kind_safe(project) -> list:
 
 def test_hydra_multirun_through_the_tune_sweeper(small_project):
     result = run_cli(
+        "--json",
         "train",
         "-m",
         "hydra/sweeper=tune",
@@ -202,4 +204,16 @@ def test_hydra_multirun_through_the_tune_sweeper(small_project):
     assert sweep_dir.is_relative_to(small_project.root / "output" / "multirun")
     assert (sweep_dir / "multirun.yaml").is_file()
     assert round_run.data.params["tune.space.lora.r"] == "choice(4,8)"
-    assert "round-001: best trial" in result.stdout.replace("\n", " ")
+    assert "round-001: best trial" in result.stderr.replace("\n", " ")  # --json: tables go to stderr
+    envelope = json.loads(result.stdout)
+    assert envelope["run_id"] == round_run.info.run_id and envelope["failed_jobs"] == 0
+    assert sorted(r["run_id"] for r in envelope["runs"]) == sorted(t.info.run_id for t in trials)
+
+    # every trial fails: a runtime fault of the sweep (exit 2), not a config error
+    failed = run_cli(
+        "--json", "train", "-m", "hydra/sweeper=tune", "lora.r=choice(4,8)", "tune.num_samples=1",
+        "tune.max_failures=0", *ROUND, cwd=small_project.root, env={OOM_FAULT_ENV: "*"},
+    )  # fmt: skip
+    error = json.loads(failed.stdout)["error"]
+    assert failed.returncode == 2 and error["class"] == "RuntimeFault", failed.stderr[-3000:]
+    assert "every trial failed" in error["message"]

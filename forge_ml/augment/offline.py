@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from forge_ml.errors import InputError
+from forge_ml.errors import InputError, describe
 from forge_ml.project import load_project_function
 
 log = logging.getLogger(__name__)
@@ -27,11 +27,11 @@ def generate_offline(generate: Any, path: Path, n: int, *, seed: int, focus: lis
         rows = generate(n, seed=seed, focus=focus or None)
     except ValueError as exc:
         if not focus:
-            raise InputError(f"{path}: generate() raised ValueError: {exc}") from exc
+            raise InputError(f"{path}: generate() raised {describe(exc)}") from exc
         log.warning("%s: focus %s refused (%s); generating for every category", path, focus, exc)
         rows = generate(n, seed=seed, focus=None)
     except Exception as exc:
-        raise InputError(f"{path}: generate() raised {type(exc).__name__}: {exc}") from exc
+        raise InputError(f"{path}: generate() raised {describe(exc)}") from exc
     if not isinstance(rows, list):
         raise InputError(f"{path}: generate() returned {type(rows).__name__}; expected a list of examples")
     return rows

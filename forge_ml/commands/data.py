@@ -50,8 +50,9 @@ def _generate_args(p) -> None:
     _common_args(p, 500)
     p.add_argument(
         "--output",
-        help="write the examples to this JSONL file (relative to the project) instead of canonical",
+        help="write the examples to this new JSONL file (relative to the project) instead of canonical",
     )
+    p.add_argument("--force", action="store_true", help="--output: replace the file if it exists")
     overrides_argument(p)
 
 
@@ -121,6 +122,7 @@ def _run_data(ctx: Context, kind: str) -> int:
         n=args.n,
         per_request=args.batch_size,
         output=getattr(args, "output", None),
+        force=getattr(args, "force", False),
         batch=args.batch,
         dry_run=args.dry_run,
         description=getattr(args, "description", None),

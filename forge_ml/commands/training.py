@@ -54,6 +54,11 @@ def run_train(ctx: Context) -> int:
         return summary
 
     result = launch(project, overrides, job, multirun=ctx.args.multirun, hydra_flags=hydra_flags)
+    for round_result in result.rounds:  # `-m hydra/sweeper=tune`: one round of trials, no train job
+        ctx.run_id = round_result.round_run_id
+        runs += [
+            {"run_id": t.run_id, "gold_accuracy": None, "adapter": t.checkpoint} for t in round_result.trials
+        ]
     ctx.report(runs=runs, failed_jobs=len(result.failed))
     if runs:
         ctx.report(gold_accuracy=runs[-1]["gold_accuracy"], adapter=runs[-1]["adapter"])

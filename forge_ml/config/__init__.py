@@ -29,7 +29,7 @@ from forge_ml.config.task import TaskConfig
 from forge_ml.config.tracking import TrackingConfig
 from forge_ml.config.training import TrainingConfig
 from forge_ml.config.tune import TrialResources, TuneConfig
-from forge_ml.errors import ConfigError
+from forge_ml.errors import ConfigError, first_line
 
 __all__ = [
     "BoundConfig",
@@ -101,7 +101,7 @@ def _schema() -> DictConfig:
 
 def _describe(exc: OmegaConfBaseException, cfg: dict[str, Any]) -> str:
     key = getattr(exc, "full_key", None) or ""
-    message = str(exc).splitlines()[0]
+    message = first_line(exc)
     if not key:  # a merge error names no key: find the value of the wrong kind
         return _wrong_kind(_schema(), cfg) or message
     if "not in" in message or ("Key '" in message and "not" in message):

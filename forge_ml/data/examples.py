@@ -85,6 +85,12 @@ def parse_record(record: Any, where: str) -> Example:
     meta = record.get("meta", {})
     if not isinstance(meta, dict):
         raise InputError(f"{where}: 'meta' must be an object")
+    category = meta.get("category")
+    if category is not None and not (isinstance(category, str) and safe_category(category)):
+        raise InputError(
+            f"{where}: meta.category {category!r} cannot name a metric: use letters, digits, space and "
+            f"_ . : - (up to 64 characters, starting with a letter or digit), e.g. {metric_name(str(category))!r}"
+        )
     return Example(user=turns["user"], assistant=turns["assistant"], meta=meta, origin=where)
 
 
@@ -128,7 +134,9 @@ def dataset_hash(examples: list[Example]) -> str:
     return h.hexdigest()
 
 
-CATEGORY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.+-]{0,63}")
+# What MLflow accepts in a metric or param name, less "/" (a category never acts as a path).
+CATEGORY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.:-]{0,63}")
+_NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9 _.:-]")
 
 
 def safe_category(name: str) -> bool:
@@ -137,3 +145,9 @@ def safe_category(name: str) -> bool:
     Category names become MLflow param keys and metric names; they must never act as paths.
     """
     return bool(CATEGORY_NAME.fullmatch(name)) and ".." not in name
+
+
+def metric_name(category: str) -> str:
+    """A category as it can appear in an MLflow metric name: other characters become `_`, at most 64."""
+    name = _NOT_IN_A_NAME.sub("_", category).replace("..", "__")[:64]
+    return name if name and name[0].isalnum() else f"c{name}"[:64]

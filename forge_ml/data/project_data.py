@@ -5,12 +5,13 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 from forge_ml.config import TaskConfig
 from forge_ml.data.examples import Example, dataset_hash, read_examples
 from forge_ml.errors import InputError
 from forge_ml.fileio import atomic_write_jsonl
-from forge_ml.project import Project, read_utf8
+from forge_ml.project import Project, ProjectLock, read_utf8
 
 log = logging.getLogger(__name__)
 MAX_OFFENDERS_SHOWN = 5
@@ -136,8 +137,7 @@ def load_project_data(project: Project, task: TaskConfig) -> ProjectData:
         examples, fraction=task.dev_fraction, dev_min=task.dev_min, dev_max=task.dev_max, seed=task.split_seed
     )
     if new_seed:  # written only once the data is known to be usable: a refused run changes nothing
-        atomic_write_jsonl(canonical_path, (ex.to_record() for ex in merged))
-        log.info("merged %d seed example(s) into %s", len(new_seed), canonical_path)
+        _merge_seed(project, canonical_path, new_seed)
     return ProjectData(
         system_prompt=system_prompt,
         train=train,
@@ -146,3 +146,15 @@ def load_project_data(project: Project, task: TaskConfig) -> ProjectData:
         duplicates_dropped=dropped,
         seed_merged=len(new_seed),
     )
+
+
+def _merge_seed(project: Project, canonical_path: Path, new_seed: list[Example]) -> None:
+    """Append the seed's new examples to canonical under the project lock, re-reading canonical there
+    (a `generate` may have grown it since it was read)."""
+    with ProjectLock(project, "seed merge"):
+        current = read_examples(canonical_path, required=False)
+        known = {ex.key for ex in current}
+        missing = [ex for ex in new_seed if ex.key not in known]
+        if missing:
+            atomic_write_jsonl(canonical_path, (ex.to_record() for ex in current + missing))
+            log.info("merged %d seed example(s) into %s", len(missing), canonical_path)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_ml.config import EvalConfig
-from forge_ml.data.examples import Example
+from forge_ml.data.examples import Example, metric_name
 from forge_ml.evaluation.scorers import Scorer, category_of
 from forge_ml.fileio import atomic_write_json, atomic_write_jsonl
 
@@ -43,14 +43,37 @@ class EvalReport:
     def metrics(self, prefix: str) -> dict[str, float]:
         """Return the report as MLflow metrics: `<prefix>/accuracy`, `/failures`, `/accuracy/<category>`."""
         metrics = {f"{prefix}/accuracy": self.accuracy, f"{prefix}/failures": float(self.failure_count)}
+        names = self.metric_names
         metrics |= {
-            f"{prefix}/accuracy/{name}": stats["accuracy"] for name, stats in self.per_category.items()
+            f"{prefix}/accuracy/{names.get(name, name)}": stats["accuracy"]
+            for name, stats in self.per_category.items()
         }
         return metrics
+
+    @property
+    def metric_names(self) -> dict[str, str]:
+        """Categories (from the expected answers' `eval.json_field`) renamed to be MLflow metric names.
+
+        Only the renamed ones; written into eval_results.json as `metric_names`. Two categories
+        that would share a name get `_2`, `_3`… suffixes.
+        """
+        renamed, taken = {}, {n for n in self.per_category if metric_name(n) == n}
+        for name in sorted(self.per_category):
+            safe = metric_name(name)
+            if safe == name:
+                continue
+            base, n = safe, 2
+            while safe in taken:
+                safe, n = f"{base[:60]}_{n}", n + 1
+            renamed[name] = safe
+            taken.add(safe)
+        return renamed
 
     def summary(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("items")
+        if self.metric_names:
+            data["metric_names"] = self.metric_names
         return data
 
 

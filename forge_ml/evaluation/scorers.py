@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_ml.config import EvalConfig
-from forge_ml.errors import InputError, RuntimeFault
+from forge_ml.errors import InputError, describe
 from forge_ml.project import load_project_function
 
 Scorer = Callable[[str, str], float]
@@ -64,7 +64,7 @@ def load_custom_scorer(path: Path) -> Scorer:
         try:
             value = float(fn(expected, actual))
         except Exception as exc:
-            raise RuntimeFault(f"{path}: score() raised {type(exc).__name__}: {exc}") from exc
+            raise InputError(f"{path}: score() raised {describe(exc)}") from exc
         if math.isnan(value) or not 0.0 <= value <= 1.0:
             raise InputError(f"{path}: score() returned {value!r}; scores must lie in [0, 1]")
         return value
@@ -76,8 +76,8 @@ def make_scorer(cfg: EvalConfig, project_root: Path, *, probe: list[Any] | None 
     """Return the scorer that `eval.scorer` names.
 
     With `probe` (examples, e.g. gold), a custom scorer is first tried on the first one's answer
-    against itself: a scorer.py that raises (RuntimeFault) or scores outside [0, 1] (InputError)
-    fails here, naming the file, before any training or writing.
+    against itself: a scorer.py that raises or scores outside [0, 1] is the user's code to fix
+    (InputError, exit 1) and fails here, naming the file, before any training or writing.
     """
     if cfg.scorer == "exact":
         return exact

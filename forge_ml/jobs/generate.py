@@ -70,6 +70,7 @@ class DataJob:
     n: int
     per_request: int
     output: str | None = None  # generate --output: a file to write instead of appending to canonical
+    force: bool = False  # generate --output: replace an existing file
     batch: bool = False
     batch_wait_s: float = DEFAULT_BATCH_WAIT_S
     dry_run: bool = False
@@ -166,6 +167,8 @@ def _target(cfg: ForgeConfig, project: Project, job: DataJob, canonical: Path) -
     for name, other in protected.items():
         if path.resolve() == other.resolve():
             raise InputError(f"--output {path}: is the project's {name} set; name another file")
+    if path.exists() and not job.force:
+        raise InputError(f"--output {path}: the file exists; name a new file, or pass --force to replace it")
     return path
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from forge_ml.config import ForgeConfig
 from forge_ml.errors import InputError
 from forge_ml.gate import GoldOutcome
-from forge_ml.project import Project
+from forge_ml.project import Project, ProjectLock
 from forge_ml.registry import CHALLENGER, Registry
 from forge_ml.tracking import Tracker
 
@@ -57,10 +57,18 @@ def run_promote(
     if reason is not None and not force:
         raise InputError("--reason goes with --force (a gated promotion records the gate's own reasons)")
     project = Project(Path(cfg.project_dir))
+    with ProjectLock(
+        project, "promote"
+    ):  # the champion alias is the flywheel's gate's too: one writer at a time
+        return _promote(cfg, project, version, force, reason)
+
+
+def _promote(
+    cfg: ForgeConfig, project: Project, version: int | None, force: bool, reason: str | None
+) -> PromoteResult:
     registry = Registry.for_project(cfg, project)
     found = registry.version(version, alias=None if version is not None else CHALLENGER)
     number = str(found.version)
-    before = registry.champion_number()
     outcome = None if force else GoldOutcome.from_tags(found.tags)
     tags = {
         "forge.kind": "promote",
@@ -69,8 +77,9 @@ def run_promote(
         "forge.promote.forced": str(force).lower(),
     }
     with Tracker(cfg, project).start_run(f"promote-v{number}", tags) as run:
+        before = registry.champion_number()
         if force:
-            result = _forced(registry, number, reason.strip(), before, run.run_id)
+            result = _forced(registry, number, (reason or "").strip(), before, run.run_id)
         else:
             decision = registry.gate(found, outcome, cfg.registry.gate)
             result = PromoteResult(

@@ -9,7 +9,7 @@ from typing import Any
 
 from forge_ml import hub
 from forge_ml.config import ForgeConfig, LoraConfig, ModelConfig
-from forge_ml.errors import ConfigError, InputError
+from forge_ml.errors import ConfigError, ForgeError, InputError, RuntimeFault, describe
 from forge_ml.models.generation import auto_dtype
 from forge_ml.models.offline_copy import prepare_offline_copy
 from forge_ml.models.provenance import BaseProvenance
@@ -75,6 +75,18 @@ def resolve_base(cfg: ForgeConfig, project: Project, training_text: list[str]) -
         path, provenance = prepare_offline_copy(copy)
         log.info("the Hub is not in use: %s loads from its offline copy (%s)", source, provenance.describe())
         return BaseModelRef(str(path), None, True, provenance)
+    if hub.cached_snapshot(source, revision) is None:
+        local = f"no directory {project.resolve(source)}, and " if "/" in source else ""
+        if hub.hub_offline():
+            raise InputError(
+                f"model.name_or_path: {local}no snapshot of the Hub repo {source!r} in the HF cache while "
+                "HF_HUB_OFFLINE is set; fix the path, download the model, or unset HF_HUB_OFFLINE"
+            )
+        if not hub.hub_reachable():  # fail in seconds, not after the Hub client's retries
+            raise RuntimeFault(
+                f"model.name_or_path: {local}the Hub ({hub.endpoint()}) does not answer, so the repo {source!r} "
+                "cannot be fetched; fix the path, or try again when the Hub answers"
+            )
     return BaseModelRef(source, revision, False, BaseProvenance(kind="hub", name=source, revision=revision))
 
 
@@ -101,9 +113,25 @@ def torch_dtype(name: str):
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
-def _hub_error(ref: BaseModelRef, exc: Exception) -> InputError:
+def _hub_error(ref: BaseModelRef, exc: Exception, project_dir: str | Path | None) -> ForgeError:
+    """A failed load: a retry may help (no answer, 429, 5xx: exit 2), or the name is wrong (exit 1).
+
+    A Hub id that could also be a project path names both readings.
+    """
+    if is_local(ref.source):
+        return InputError(f"model.name_or_path: could not load {ref.source!r} ({describe(exc)})")
+    if hub.transient_failure(exc):
+        return RuntimeFault(
+            f"model.name_or_path: the Hub did not answer for {ref.source!r} ({describe(exc)}); try again, "
+            "or download it and point to the local directory"
+        )
+    local = (
+        f"no directory {ref.source} in the project ({Path(project_dir or '.') / ref.source}), and "
+        if "/" in ref.source
+        else ""
+    )
     return InputError(
-        f"model.name_or_path: could not load {ref.source!r} ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
+        f"model.name_or_path: {local}could not load {ref.source!r} from the Hub ({describe(exc)}); "
         "check the id, HF_TOKEN for gated models, or download it and point to the local directory"
     )
 
@@ -117,7 +145,7 @@ def load_tokenizer(ref: BaseModelRef, model_cfg: ModelConfig, project: Project) 
             ref.source, revision=ref.revision, trust_remote_code=model_cfg.trust_remote_code
         )
     except (OSError, ValueError) as exc:
-        raise _hub_error(ref, exc) from exc
+        raise _hub_error(ref, exc, project.root) from exc
     if model_cfg.chat_template:
         path = project.resolve(model_cfg.chat_template)
         if not path.is_file():
@@ -167,7 +195,7 @@ def load_base_model(ref: BaseModelRef, cfg: ForgeConfig) -> Any:
     try:
         model = AutoModelForCausalLM.from_pretrained(ref.source, **kwargs)
     except (OSError, ValueError) as exc:
-        raise _hub_error(ref, exc) from exc
+        raise _hub_error(ref, exc, cfg.project_dir) from exc
     if cfg.lora.method == "qlora":
         from peft import prepare_model_for_kbit_training
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from forge_ml.config import OfflineCopyConfig
 from forge_ml.errors import InputError, RuntimeFault
-from forge_ml.fileio import pid_alive
+from forge_ml.fileio import writer_gone, writer_tag
 from forge_ml.models.provenance import BaseProvenance
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ def prepare_offline_copy(copy: OfflineCopyConfig) -> tuple[Path, BaseProvenance]
             stands_in_for=copy.of,
         )
         log.info("converting %s (%s) into %s, once", shipped.inner, provenance.note, target)
-        tmp = root / f".{target.name}.{os.getpid()}{TEMP_SUFFIX}"
+        tmp = root / f".{target.name}.{writer_tag()}{TEMP_SUFFIX}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             dequantize_gguf(shipped.path, tmp)
@@ -171,8 +171,7 @@ def _read_provenance(target: Path) -> BaseProvenance | None:
 def _remove_orphans(root: Path, name: str) -> None:
     """Delete half-written conversions whose process is gone (killed mid-write)."""
     for tmp in root.glob(f".{name}.*{TEMP_SUFFIX}"):
-        pid = tmp.name[len(name) + 2 : -len(TEMP_SUFFIX)]
-        if pid.isdigit() and not pid_alive(int(pid)):
+        if writer_gone(tmp.name[len(name) + 2 : -len(TEMP_SUFFIX)]):
             shutil.rmtree(tmp, ignore_errors=True)
 
 

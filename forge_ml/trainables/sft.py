@@ -17,6 +17,7 @@ from typing import Any
 from forge_ml.config import ForgeConfig
 from forge_ml.config.overrides import with_overrides
 from forge_ml.data.examples import Example
+from forge_ml.errors import first_line
 
 FAULT_ENV = "FORGE_FAULT_CRASH_AFTER_EPOCH"  # test hook: crash once after this epoch's checkpoint
 OOM_FAULT_ENV = (
@@ -157,5 +158,5 @@ def _train_and_report(
     except torch.cuda.OutOfMemoryError as exc:  # this trial fails alone; the round goes on
         raise RuntimeError(
             f"CUDA out of memory in this trial (batch_size={cfg.training.batch_size}, lora.r={cfg.lora.r}, "
-            f"max_seq_length={cfg.training.max_seq_length}): {str(exc).splitlines()[0]}"
+            f"max_seq_length={cfg.training.max_seq_length}): {first_line(exc)}"
         ) from None

@@ -22,7 +22,7 @@ from forge_ml.config import ForgeConfig
 from forge_ml.console import console
 from forge_ml.data.chat import sft_dataset
 from forge_ml.data.project_data import load_project_data
-from forge_ml.errors import ConfigError, RuntimeFault
+from forge_ml.errors import ConfigError, RuntimeFault, describe
 from forge_ml.evaluation.scorers import make_scorer
 from forge_ml.hub import hub_snapshot
 from forge_ml.models.loader import BaseModelRef, load_tokenizer, resolve_base
@@ -248,7 +248,7 @@ class _Fit:
                 log.info("%s: continuing from Ray Tune's state in %s", self.name, path)
                 return tuner
             except Exception as exc:
-                problem = f"Ray Tune cannot restore it ({type(exc).__name__}: {str(exc)[:300]})"
+                problem = f"Ray Tune cannot restore it ({describe(exc)})"
         aside = set_aside(path)
         self.restore_problem = problem
         console.print(

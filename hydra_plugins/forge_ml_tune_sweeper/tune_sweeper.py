@@ -37,6 +37,7 @@ class TuneSweeper(Sweeper):
         self.config = config
 
     def sweep(self, arguments: list[str]) -> list[list[JobReturn]]:
+        from forge_ml.compose import report_round
         from forge_ml.config import validate_config
         from forge_ml.console import print_round
         from forge_ml.search import split_sweep_overrides, with_space
@@ -53,6 +54,7 @@ class TuneSweeper(Sweeper):
         Path(sweep_dir).mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, Path(sweep_dir) / "multirun.yaml")
         result = run_round(cfg, tags={"forge.sweep": sweep_dir})
+        report_round(result)
         returns = []
         for index, trial in enumerate(result.trials):
             overrides = [*fixed, *(f"{k}={v}" for k, v in trial.config.items())]
