@@ -16,7 +16,7 @@ import sys
 import warnings
 from typing import Any
 
-from forge_ml import __version__
+from forge_ml import __version__, stopping
 from forge_ml.commands import Command, Context, all_commands
 from forge_ml.console import console, results
 from forge_ml.errors import ForgeError, RuntimeFault, describe, error_exit_code
@@ -98,7 +98,7 @@ def _message(error: BaseException) -> str:
     if isinstance(error, ForgeError | UsageError) and str(error).strip():
         return str(error)
     if isinstance(error, KeyboardInterrupt):
-        return "interrupted"
+        return stopping.reason(error)
     return describe(error)
 
 
@@ -117,9 +117,11 @@ def _run(command: Command, ctx: Context) -> tuple[int, BaseException | None]:
     except ForgeError as exc:
         console.print(f"[red]error:[/] {_message(exc)}", highlight=False, soft_wrap=True)
         return exc.exit_code, exc
-    except KeyboardInterrupt as exc:
-        console.print("[yellow]interrupted[/]")
-        return 130, exc
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (forge_ml/stopping.py)
+        console.print(
+            f"[yellow]{stopping.reason(exc)}[/]: runs ended KILLED, state saved; run again to resume"
+        )
+        return stopping.exit_code(exc), exc
     except Exception as exc:
         log.debug("unexpected failure", exc_info=True)
         console.print(
@@ -162,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(envelope(name, keys, None, code, error), default=str))
         return code
     args, extra = parsed
+    stopping.install()
     _setup_logging(args.verbose)
     for name, value in QUIET_ENV.items():  # progress bars of libraries clutter the command's own output
         os.environ.setdefault(name, value)

@@ -39,8 +39,8 @@ def error_exit_code(error: BaseException | None) -> int:
     """The exit code of an error: its own for ForgeError, 130 for Ctrl-C, else a runtime failure."""
     if isinstance(error, ForgeError):
         return error.exit_code
-    if isinstance(error, KeyboardInterrupt):
-        return 130
+    if isinstance(error, KeyboardInterrupt):  # Ctrl-C 130; SIGTERM 143 (forge_ml/stopping.py)
+        return 128 + getattr(error, "signum", 2)
     return EXIT_RUNTIME
 
 

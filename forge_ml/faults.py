@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 
 ENV = "FORGE_FAILPOINTS"
@@ -58,6 +59,7 @@ def failpoint(name: str) -> None:
     if action == "raise":
         raise RuntimeError(f"failpoint {name} ({ENV})")
     if action.startswith("sleep:"):
+        print(f"failpoint {name}: sleeping", file=sys.stderr, flush=True)  # the suite's cue to signal us
         time.sleep(float(action.split(":", 1)[1]))
         return
     raise ValueError(f"{ENV}: unknown action {action!r} for {name} (use kill, raise or sleep:SECONDS)")

@@ -18,7 +18,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from forge_ml import journal
+from forge_ml import journal, stopping
 from forge_ml.augment import augment_data
 from forge_ml.compose import compose_config
 from forge_ml.config import ForgeConfig, config_to_dict, validate_config
@@ -447,7 +447,7 @@ class Flywheel:
         save_state(self.project, state)  # the local record first: MLflow may be the thing that failed
         if run_id is None:
             return
-        error = "interrupted" if isinstance(exc, KeyboardInterrupt) else describe(exc)
+        error = stopping.reason(exc) if isinstance(exc, KeyboardInterrupt) else describe(exc)
         try:
             run = TrackedRun(self.tracker.client, run_id)
             run.set_tags({"forge.error": error})

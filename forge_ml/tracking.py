@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
+import socket
 import subprocess
 import time
 import warnings
@@ -11,9 +13,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from forge_ml import stopping
 from forge_ml.config import ForgeConfig, config_hash, config_to_dict
 from forge_ml.data.examples import Example
 from forge_ml.errors import RuntimeFault, describe
+from forge_ml.fileio import pid_alive
 from forge_ml.project import Project
 from forge_ml.secrets import flatten, redact_mapping, redact_text
 
@@ -138,12 +142,21 @@ class TrackedRun:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             self.finish("FINISHED")
-        elif issubclass(exc_type, KeyboardInterrupt):
-            self.set_tags({"forge.error": "interrupted"})
-            self.finish("KILLED")
-        else:
-            self.set_tags({"forge.error": describe(exc)})
-            self.finish("FAILED")
+            return
+        stopped = issubclass(exc_type, KeyboardInterrupt)  # Ctrl-C or SIGTERM (forge_ml/stopping.py)
+        self.set_tags({"forge.error": stopping.reason(exc) if stopped else describe(exc)})
+        self.end_children()  # trials the round opened end with it: nothing is left RUNNING
+        self.finish("KILLED" if stopped else "FAILED")
+
+    def end_children(self, status: str = "KILLED") -> None:
+        """End this run's child runs still RUNNING."""
+        experiment = self.client.get_run(self.run_id).info.experiment_id
+        for child in self.client.search_runs(
+            [experiment],
+            filter_string=f"tags.`mlflow.parentRunId` = '{self.run_id}' and attributes.status = 'RUNNING'",
+            max_results=10_000,
+        ):
+            self.client.set_terminated(child.info.run_id, status=status)
 
     def finish(self, status: str) -> None:
         self.client.set_terminated(self.run_id, status=status)
@@ -207,6 +220,7 @@ class Tracker:
     def __init__(self, cfg: ForgeConfig, project: Project) -> None:
         self.cfg = cfg
         self.project = project
+        self._swept = False  # closed the runs dead processes left RUNNING (on the first start_run)
         try:
             self.client = client_for(cfg, project)
             self.experiment_id = ensure_experiment(
@@ -221,18 +235,47 @@ class Tracker:
             ) from exc
 
     def reopen(self, run_id: str) -> TrackedRun:
-        """Return run `run_id` marked RUNNING again (a resumed round keeps its run)."""
+        """Return run `run_id` marked RUNNING again (a resumed round keeps its run), now owned by this process."""
         self.client.update_run(run_id, status="RUNNING")
-        return TrackedRun(self.client, run_id)
+        run = TrackedRun(self.client, run_id)
+        run.set_tags({"forge.pid": os.getpid(), "forge.host": socket.gethostname()})
+        return run
+
+    def close_dead_runs(self) -> int:
+        """End KILLED the top-level runs left RUNNING by a process of this host that is gone; return how many.
+
+        A command killed with SIGKILL (or a power cut) cannot end its own run; the next command to
+        start a run in the experiment does. Runs of other hosts, of live processes, and the
+        flywheel's round runs (the flywheel resumes those itself, under its lock) are left alone.
+        """
+        host = socket.gethostname()
+        stale = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"attributes.status = 'RUNNING' and tags.`forge.host` = '{host}'",
+            max_results=10_000,
+        )
+        closed = 0
+        for run in stale:
+            tags = run.data.tags
+            pid = tags.get("forge.pid", "")
+            if "mlflow.parentRunId" in tags or tags.get("forge.flywheel") == "true" or not pid.isdigit():
+                continue
+            if pid_alive(int(pid)):
+                continue
+            closed_run = TrackedRun(self.client, run.info.run_id)
+            closed_run.set_tags(
+                {"forge.error": f"left RUNNING by a process that is gone (pid {pid} on {host})"}
+            )
+            closed_run.end_children()
+            closed_run.finish("KILLED")
+            closed += 1
+        if closed:
+            log.info("closed %d run(s) left RUNNING by stopped processes", closed)
+        return closed
 
     def end_children(self, run_id: str, status: str = "KILLED") -> None:
         """End the child runs of `run_id` still RUNNING (trial runs of an attempt that was not restored)."""
-        for child in self.client.search_runs(
-            [self.experiment_id],
-            filter_string=f"tags.`mlflow.parentRunId` = '{run_id}' and attributes.status = 'RUNNING'",
-            max_results=10_000,
-        ):
-            self.client.set_terminated(child.info.run_id, status=status)
+        TrackedRun(self.client, run_id).end_children(status)
 
     def finish_with_children(self, run_id: str) -> None:
         """Mark run `run_id` FINISHED, and its children still RUNNING as KILLED."""
@@ -262,11 +305,20 @@ class Tracker:
     def start_run(
         self, run_name: str, tags: Mapping[str, Any] | None = None, *, cfg: ForgeConfig | None = None
     ) -> TrackedRun:
-        """Return a new run in the experiment, tagged with the hash of `cfg` (default: the tracker's config)."""
+        """Return a new run in the experiment, tagged with the hash of `cfg` (default: the tracker's config).
+
+        The first run a tracker starts first closes the runs that dead processes of this host left
+        RUNNING (see `close_dead_runs`).
+        """
+        if not self._swept:
+            self._swept = True
+            self.close_dead_runs()
         base = {
             "forge.config_hash": config_hash(cfg or self.cfg),
             "forge.git_commit": git_commit(self.project.root),
             "forge.project": str(self.project.root),
+            "forge.pid": os.getpid(),
+            "forge.host": socket.gethostname(),
         }
         clean = {k: str(v) for k, v in {**base, **(tags or {})}.items() if v is not None}
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=redact_mapping(clean))

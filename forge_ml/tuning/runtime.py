@@ -6,6 +6,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from forge_ml import stopping
 from forge_ml.config import TuneConfig
 from forge_ml.errors import ConfigError, RuntimeFault
 from forge_ml.project import Project
@@ -36,6 +37,7 @@ def ray_runtime(tune_cfg: TuneConfig) -> Iterator[None]:
         raise RuntimeFault(
             f"tune.address={tune_cfg.address!r}: cannot reach the Ray cluster ({exc})"
         ) from exc
+    stopping.install()  # ray.init put its own SIGTERM handler (sys.exit) in place of ours
     try:
         yield
     finally:
