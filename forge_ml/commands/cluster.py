@@ -23,7 +23,9 @@ def _args(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="forward this environment variable to the job",
+        help="forward this environment variable to the job. Its VALUE is stored in the job's runtime_env, "
+        "which anyone who can list the cluster's jobs (dashboard, jobs API) can read: for secrets, set them "
+        "in the nodes' own environment instead",
     )
     p.add_argument(
         "job", nargs=argparse.REMAINDER, help="the forge-ml command to run, e.g. flywheel tune=cluster"

@@ -53,13 +53,15 @@ def check_out(out: Path) -> None:
         raise InputError(f"--out: {out} is not empty; choose a new directory or remove it first")
 
 
-def merge_into(files: ModelFiles, dest: Path, dtype: str) -> None:
-    """Load the base of `files` in `dtype`, merge its adapter in, save model and tokenizer into `dest`."""
+def merge_into(files: ModelFiles, dest: Path, dtype: str, trust: bool) -> None:
+    """Load the base of `files` in `dtype`, merge its adapter in, save model and tokenizer into `dest`.
+
+    `trust` (remote code) comes from the project's config, never from the downloaded artifact.
+    """
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     base = files.base_ref()
-    trust = bool(files.settings.get("trust_remote_code", False))
     model = AutoModelForCausalLM.from_pretrained(
         base.source, revision=base.revision, dtype=torch_dtype(dtype), trust_remote_code=trust
     )
@@ -119,15 +121,21 @@ def run_merge(
     with Tracker(cfg, project).start_run(f"merge-v{number}", tags) as run:
         with tempfile.TemporaryDirectory(prefix="forge-merge-") as tmp:
             files = registry.download(found, Path(tmp))
+            trust = cfg.model.trust_remote_code
+            if files.settings.get("trust_remote_code") and not trust:
+                raise InputError(
+                    f"version {number} was trained with model.trust_remote_code=true: merging runs the base "
+                    "model's own code; set model.trust_remote_code=true in your config if you trust it"
+                )
             record = provenance(registry, files, run.run_id, dtype)
             run.set_tags({"forge.merge.base": record["base"]["source"]})
-            _build(dest, lambda staging: _write(files, staging, record, dtype))
+            _build(dest, lambda staging: _write(files, staging, record, dtype, trust))
         run.log_artifact(dest / PROVENANCE_FILE, "merge")
     return MergeResult(registry.name, number, dest, record["base"]["source"], found.run_id, run.run_id)
 
 
-def _write(files: ModelFiles, staging: Path, record: dict[str, Any], dtype: str) -> None:
-    merge_into(files, staging, dtype)
+def _write(files: ModelFiles, staging: Path, record: dict[str, Any], dtype: str, trust: bool) -> None:
+    merge_into(files, staging, dtype, trust)
     text = json.dumps(record, indent=2, ensure_ascii=False) + "\n"
     (staging / PROVENANCE_FILE).write_text(text, encoding="utf-8")  # the directory is renamed whole
 
