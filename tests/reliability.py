@@ -99,7 +99,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     path = session.config.getoption("--reliability-report")
-    if not path:
+    if not path or hasattr(session.config, "workerinput"):  # a pytest-xdist worker sees only its share
         return
     Path(path).write_text(render(_REPORT.proofs, _REPORT.verdicts, _REPORT.durations), encoding="utf-8")
     Path(path).with_suffix(".json").write_text(

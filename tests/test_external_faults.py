@@ -273,7 +273,7 @@ def test_no_mlflow_server_at_the_uri_fails_fast_with_exit_2_naming_it(small_proj
     assert message.startswith(f"tracking.uri={uri}: no MLflow server answers ([Errno 111] Connection refused")
     assert message.endswith("start it or fix tracking.uri")
     assert "Traceback" not in result.stderr and "hunter2" not in result.stdout + result.stderr
-    assert elapsed < 20  # MLflow's own retries would take over 4 minutes
+    assert elapsed < 60  # MLflow's own retries would take over 4 minutes (60 s: room for a loaded CI machine)
     assert not list((small_project.root / "output").rglob("adapter_model.safetensors"))  # nothing trained
     proof(
         MLFLOW, f"`forge-ml {command}`, no server at tracking.uri", f"exit 2 after {elapsed:.1f} s: {message}"

@@ -31,8 +31,8 @@ def ray_runtime(tune_cfg: TuneConfig) -> Iterator[None]:
     try:
         if tune_cfg.address:
             ray.init(address=tune_cfg.address, **kwargs)
-        else:
-            ray.init(num_cpus=tune_cfg.num_cpus, **kwargs)
+        else:  # "local": a runtime of our own, never a cluster `ray start` left on this machine
+            ray.init(address="local", num_cpus=tune_cfg.num_cpus, **kwargs)
     except ConnectionError as exc:
         raise RuntimeFault(
             f"tune.address={tune_cfg.address!r}: cannot reach the Ray cluster ({exc})"
