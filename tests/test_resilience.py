@@ -103,7 +103,7 @@ def test_sigkill_at_every_stage_then_resume_completes_without_duplicates(project
         "Crash and resume",
         "SIGKILL while planning (plan made, forge.yaml/BACKGROUND.md written, stage not saved)",
         f"nothing recorded by the killed run; the next one planned round 1 again and opened one round run "
-        f"(stage '{planned['stage']}'), BACKGROUND.md 'round 1' sections: {background.count('## Learned in round 1')}",
+        f"(stage '{planned['stage']}')",
     )
 
     code, out = flywheel(root, *rounds, kill_at="tune.checkpoint", watch=watch)

@@ -60,7 +60,8 @@ def test_a_plan_that_reaches_outside_what_is_plannable_is_rejected(example_proje
     proof(
         "Security",
         f"a plan sets {field} {value}",
-        f"rejected (exit {info.value.exit_code}), naming {named!r}",
+        f"refused by the plan check before anything uses it, naming {named!r}; in a flywheel, Claude gets one "
+        "repair turn, then the round runs the offline plan (the command still exits 0)",
     )
 
 
