@@ -211,7 +211,7 @@ class ProjectLock:
     merge runs under the flywheel's own lock).
     """
 
-    _held: dict[Path, int] = {}  # lock path -> depth, in this process
+    _held: dict[tuple[int, Path], int] = {}  # (pid, lock path) -> depth: a forked child holds nothing
 
     def __init__(self, project: Project, command: str = "flywheel") -> None:
         self.path = project.output / LOCK
@@ -221,7 +221,7 @@ class ProjectLock:
         self._fd: int | None = None
 
     def __enter__(self) -> ProjectLock:
-        key = self.path.resolve()
+        key = (os.getpid(), self.path.resolve())
         if key in ProjectLock._held:
             ProjectLock._held[key] += 1
             return self
@@ -254,7 +254,7 @@ class ProjectLock:
         raise InputError(f"{self.path}: could not take the project lock (it kept changing hands)")
 
     def __exit__(self, *exc: object) -> None:
-        key = self.path.resolve()
+        key = (os.getpid(), self.path.resolve())
         depth = ProjectLock._held.get(key, 0)
         if depth > 1:
             ProjectLock._held[key] = depth - 1
