@@ -312,7 +312,10 @@ class Tracker:
         """
         if not self._swept:
             self._swept = True
-            self.close_dead_runs()
+            try:
+                self.close_dead_runs()
+            except Exception as exc:  # tidying up never stops the command's own work
+                log.warning("could not close runs left RUNNING by stopped processes: %s", describe(exc))
         base = {
             "forge.config_hash": config_hash(cfg or self.cfg),
             "forge.git_commit": git_commit(self.project.root),
