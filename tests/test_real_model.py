@@ -199,12 +199,12 @@ def test_the_base_resolves_in_order_directory_hub_cache_reachable_hub_offline_co
     assert chosen["source"] == HUB_ID and chosen["provenance"] == {"kind": "hub", "name": HUB_ID}
 
     with HubStandIn("unused") as hub:  # the Hub allowed and reachable: the Hub, not the copy
-        online = {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": hub.base_url}
+        online = {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": hub.base_url, "HF_HOME": str(tmp_path / "empty-hf")}
         assert _resolve(project, online)["provenance"]["kind"] == "hub"
+        # the copy stands in for its own Hub id only
+        other = _resolve(project, online, "model.name_or_path=HuggingFaceTB/SmolLM2-360M-Instruct")
+        assert other["provenance"] == {"kind": "hub", "name": "HuggingFaceTB/SmolLM2-360M-Instruct"}
         assert hub.requests == []  # deciding sent nothing
-    # the copy stands in for its own Hub id only
-    other = _resolve(project, offline, "model.name_or_path=HuggingFaceTB/SmolLM2-360M-Instruct")
-    assert other["provenance"] == {"kind": "hub", "name": "HuggingFaceTB/SmolLM2-360M-Instruct"}
 
 
 # --- training, evaluation, registry -------------------------------------------------------------
