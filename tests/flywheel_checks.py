@@ -11,7 +11,8 @@ from mlflow import MlflowClient
 
 
 def client_for(root: Path) -> tuple[MlflowClient, str]:
-    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)  # never a registry URI another test exported
     return client, client.get_experiment_by_name(root.name).experiment_id
 
 

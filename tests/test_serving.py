@@ -12,6 +12,7 @@ import sysconfig
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ PROMPTS = ["take off to 30 m", "land now"]
 
 
 @pytest.fixture(scope="module")
-def champion(tmp_path_factory) -> dict:
+def champion(tmp_path_factory) -> Iterator[dict]:
     """A project whose one offline flywheel round promoted a champion; its model URI and local copy."""
     import mlflow
 
@@ -36,14 +37,26 @@ def champion(tmp_path_factory) -> dict:
     result = run_cli("-p", str(project.root), "flywheel", "--rounds", "1", *args)
     assert result.returncode == 0, result.stderr[-3000:]
     uri = f"sqlite:///{project.root / 'mlflow.db'}"
+    # mlflow.set_*_uri also export MLFLOW_*_URI: put both back after this module, or every later
+    # MlflowClient (and forge-ml subprocess) of the session would read this project's registry
+    saved = {name: os.environ.get(name) for name in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")}
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
-    model_uri = f"models:/{project.root.name}@champion"
-    local = Path(
-        mlflow.artifacts.download_artifacts(model_uri, dst_path=str(tmp_path_factory.mktemp("model")))
-    )
-    expected = mlflow.pyfunc.load_model(model_uri).predict(PROMPTS)
-    return {"tracking_uri": uri, "model_uri": model_uri, "local": local, "expected": expected}
+    try:
+        model_uri = f"models:/{project.root.name}@champion"
+        local = Path(
+            mlflow.artifacts.download_artifacts(model_uri, dst_path=str(tmp_path_factory.mktemp("model")))
+        )
+        expected = mlflow.pyfunc.load_model(model_uri).predict(PROMPTS)
+        yield {"tracking_uri": uri, "model_uri": model_uri, "local": local, "expected": expected}
+    finally:
+        mlflow.set_tracking_uri(None)
+        mlflow.set_registry_uri(None)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _free_port() -> int:
