@@ -435,9 +435,7 @@ class Flywheel:
             or (isinstance(exc, ForgeError) and exc.exit_code == 1)
             or tracking_unreachable(exc)
         )
-        journal.write_heartbeat(
-            self.project, state.round, "error", stage=state.stage, error=f"{type(exc).__name__}: {exc}"
-        )
+        journal.write_heartbeat(self.project, state.round, "error", stage=state.stage, error=describe(exc))
         run_id = state.round_run_id
         if not kept:
             state.round_run_id, state.config = None, None

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from forge_ml.config import ForgeConfig, config_to_dict
-from forge_ml.errors import ConfigError, InputError
+from forge_ml.errors import ConfigError, InputError, describe
 from forge_ml.fileio import atomic_write_json
 from forge_ml.llm import Usage
 from forge_ml.models.loader import BaseModelRef
@@ -145,8 +145,7 @@ def load_state(project: Project) -> RoundState | None:
         return state_from_dict(data) if data else None
     except (json.JSONDecodeError, AttributeError, TypeError, KeyError, ValueError) as exc:
         raise InputError(
-            f"{path}: unreadable flywheel state ({type(exc).__name__}: {exc}); "
-            "remove it to start the round again"
+            f"{path}: unreadable flywheel state ({describe(exc)}); remove it to start the round again"
         ) from None
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from forge_ml.config.registry import GateConfig
-from forge_ml.errors import ConfigError
+from forge_ml.errors import ConfigError, describe
 
 if TYPE_CHECKING:
     from forge_ml.evaluation.report import EvalReport
@@ -73,7 +73,7 @@ class GoldOutcome:
             )
         except (KeyError, ValueError) as exc:
             raise ConfigError(
-                f"the version carries no valid forge.gold_* tags ({type(exc).__name__}: {exc}); "
+                f"the version carries no valid forge.gold_* tags ({describe(exc)}); "
                 f"re-baseline with `{REBASELINE}`"
             ) from None
 

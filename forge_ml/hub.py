@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forge_ml.errors import InputError, RuntimeFault, first_line
+from forge_ml.errors import InputError, RuntimeFault, describe, first_line
 from forge_ml.secrets import redact_mapping, redact_text
 
 TOKEN_ENV = "HF_TOKEN"
@@ -158,12 +158,12 @@ class HubClient:
                 raise InputError(f"{doing} on {self.endpoint} failed: HTTP {status} ({first})") from None
             raise RuntimeFault(f"{doing} on {self.endpoint} failed: {first}") from None
         except (OSError, ValueError) as exc:
-            raise RuntimeFault(f"{doing} on {self.endpoint} failed ({type(exc).__name__}: {exc})") from None
+            raise RuntimeFault(f"{doing} on {self.endpoint} failed ({describe(exc)})") from None
         except Exception as exc:  # transport errors of huggingface_hub's HTTP client (httpx2): retry may help
             if "httpx" not in type(exc).__module__:
                 raise
             raise RuntimeFault(
-                f"the Hub at {self.endpoint} is unreachable while {doing} ({type(exc).__name__}: {exc})"
+                f"the Hub at {self.endpoint} is unreachable while {doing} ({describe(exc)})"
             ) from None
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forge_ml.config import PlannerConfig
-from forge_ml.errors import ConfigError
+from forge_ml.errors import ConfigError, describe
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 _FATAL_NAMES = (
@@ -178,7 +178,7 @@ def call_tool(
         raise classify(exc) from exc
     except ValueError as exc:  # a 200 whose body is not JSON
         usage.requests += 1
-        raise ClaudeRequestFailed(f"malformed reply ({type(exc).__name__}: {exc})") from exc
+        raise ClaudeRequestFailed(f"malformed reply ({describe(exc)})") from exc
     if not hasattr(response, "content"):  # a non-JSON content type (e.g. a proxy's page) comes back as text
         usage.requests += 1
         raise ClaudeRequestFailed(f"the reply is not a message: {str(response)[:200]!r}")

@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from forge_ml.errors import InputError
+from forge_ml.errors import InputError, describe
 from forge_ml.fileio import pid_alive
 
 CONFIG_FILE = "forge.yaml"
@@ -193,7 +193,7 @@ def load_project_function(path: Path, name: str, signature: str) -> Any:
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
-        raise InputError(f"{path}: failed to import ({type(exc).__name__}: {exc})") from exc
+        raise InputError(f"{path}: failed to import ({describe(exc)})") from exc
     fn = getattr(module, name, None)
     if not callable(fn):
         raise InputError(f"{path}: defines no function {signature}")

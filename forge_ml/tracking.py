@@ -231,7 +231,7 @@ class Tracker:
         except Exception as exc:
             uri = tracking_uri(cfg, project)
             raise RuntimeFault(
-                redact_text(f"MLflow tracking at {uri} is unavailable ({type(exc).__name__}: {exc})")
+                redact_text(f"MLflow tracking at {uri} is unavailable ({describe(exc)})")
             ) from exc
 
     def reopen(self, run_id: str) -> TrackedRun:

@@ -27,7 +27,7 @@ from importlib import metadata
 from pathlib import Path
 
 from forge_ml.config import OfflineCopyConfig
-from forge_ml.errors import InputError, RuntimeFault
+from forge_ml.errors import InputError, RuntimeFault, describe
 from forge_ml.fileio import writer_gone, writer_tag
 from forge_ml.models.provenance import BaseProvenance
 
@@ -144,7 +144,7 @@ def dequantize_gguf(gguf_path: Path, out: Path) -> None:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     except (OSError, ValueError, KeyError, ImportError) as exc:
-        raise RuntimeFault(f"{gguf_path}: cannot read the GGUF file ({type(exc).__name__}: {exc})") from exc
+        raise RuntimeFault(f"{gguf_path}: cannot read the GGUF file ({describe(exc)})") from exc
     # A model read from GGUF is marked quantized and refuses save_pretrained: the same architecture
     # built from its config, without that mark, takes its (already dequantized) weights.
     config = loaded.config
