@@ -45,15 +45,19 @@ demo: $(STAMP)
 	$(FORGE) -p $(DEMO_DIR) status
 	@echo "open the MLflow UI (rounds, trials, registry): $(FORGE) -p $(DEMO_DIR) ui"
 
+# Modules run in parallel, one whole module per worker (a module's fixtures are built once),
+# as many workers as cores, at most 4. PYTEST_PARALLEL= runs them one after another.
+PYTEST_PARALLEL ?= --numprocesses=auto --maxprocesses=4 --dist=loadfile
+
 test: $(STAMP)
-	$(VPY) -m pytest $(PYTEST_ARGS)
+	$(VPY) -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(VPY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(VPY) -m pytest $(PYTEST_PARALLEL) -m "not slow" $(PYTEST_ARGS)
 
 # The fault, bad-input, concurrency and secrets suite alone; rewrites docs/RELIABILITY.md from its results.
 reliability: $(STAMP)
-	$(VPY) -m pytest -m reliability --reliability-report=docs/RELIABILITY.md $(PYTEST_ARGS)
+	$(VPY) -m pytest $(PYTEST_PARALLEL) -m reliability --reliability-report=docs/RELIABILITY.md $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(VPY) bench/train_overhead.py

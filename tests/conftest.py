@@ -87,8 +87,28 @@ def write_jsonl(path: Path, rows: list) -> None:
     )
 
 
+# The modules that take longest (seconds on 2 cores, from `--durations`), started first so that
+# parallel workers (`make test` runs pytest-xdist, one module per worker at a time) do not end
+# waiting on one long module picked up last.
+LONGEST_FIRST = (
+    "test_resilience.py",
+    "test_real_model.py",
+    "test_tuning.py",
+    "test_train_e2e.py",
+    "test_plan_fuzz.py",
+    "test_stopping.py",
+    "test_flywheel.py",
+    "test_registry_commands.py",
+    "test_audit_probe_pretrain.py",
+    "test_serving.py",
+    "test_cluster.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `gpu` need CUDA; skip them (with the reason) on machines without it."""
+    """Longest modules first; tests marked `gpu` need CUDA: skip them (with the reason) without it."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
     try:
         import torch
 

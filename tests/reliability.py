@@ -68,6 +68,7 @@ class _Report:
 
 
 _REPORT = _Report()
+PROOF_KEY = "forge.proof"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -84,13 +85,19 @@ def proof(request: pytest.FixtureRequest):
     """Record what this test proved: `proof(class, case, outcome)`; call it once per case."""
 
     def record(klass: str, case: str, outcome: str) -> None:
-        _REPORT.proofs.append(Proof(request.node.nodeid, klass, case, outcome))
+        # Carried on the test's report, so the session that writes the table sees it when the
+        # test ran in another process (a pytest-xdist worker).
+        request.node.user_properties.append((PROOF_KEY, [klass, case, outcome]))
 
     return record
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _REPORT.durations[report.nodeid] += report.duration
+    if report.when == "teardown":  # the test's proofs, once: its last report carries them all
+        for key, value in report.user_properties:
+            if key == PROOF_KEY:
+                _REPORT.proofs.append(Proof(report.nodeid, *value))
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
         _REPORT.verdicts[report.nodeid] = report.outcome
     elif report.when == "teardown" and report.outcome == "failed":
@@ -99,12 +106,12 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     path = session.config.getoption("--reliability-report")
-    if not path or hasattr(session.config, "workerinput"):  # a pytest-xdist worker sees only its share
+    if not path or hasattr(session.config, "workerinput"):  # a pytest-xdist worker: the controller writes it
         return
     Path(path).write_text(render(_REPORT.proofs, _REPORT.verdicts, _REPORT.durations), encoding="utf-8")
     Path(path).with_suffix(".json").write_text(
         json.dumps(
-            [p.__dict__ | {"verdict": _REPORT.verdicts.get(p.nodeid, "not run")} for p in _REPORT.proofs],
+            [p.__dict__ | {"verdict": _REPORT.verdicts.get(p.nodeid, "not run")} for p in ordered(_REPORT.proofs)],
             indent=1,
         )
         + "\n",
@@ -116,10 +123,16 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def ordered(proofs: list[Proof]) -> list[Proof]:
+    """By class, then test id (each test's proofs in the order it made them): the same table
+    whichever order parallel workers finished in."""
+    rank = {name: i for i, name in enumerate(ORDER)}
+    return sorted(proofs, key=lambda p: (rank.get(p.klass, len(ORDER)), p.nodeid))
+
+
 def render(proofs: list[Proof], verdicts: dict[str, str], durations: dict[str, float]) -> str:
     by_class: dict[str, list[Proof]] = defaultdict(list)
-    rank = {name: i for i, name in enumerate(ORDER)}
-    for p in sorted(proofs, key=lambda p: rank.get(p.klass, len(ORDER))):  # stable: test order within a class
+    for p in ordered(proofs):
         by_class[p.klass].append(p)
     tests = {p.nodeid for p in proofs}
     passed = sum(1 for p in proofs if verdicts.get(p.nodeid) == "passed")

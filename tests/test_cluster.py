@@ -1,11 +1,15 @@
 """A round submitted as a Ray Job to a real two-node Ray cluster with token authentication,
-recording to a real `mlflow server` on loopback. The test stops everything it started."""
+recording to a real `mlflow server` on loopback. The test stops everything it started, and only
+that: other tests (pytest-xdist workers) run their own Ray runtimes on the same machine, which
+`ray stop` would kill too."""
 
 from __future__ import annotations
 
 import os
 import secrets
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,14 +19,45 @@ from mlflow import MlflowClient
 from mlflow_server import BIN, free_port, server_up, start_mlflow_server, wait_for
 
 
+def processes_marked(marker: bytes) -> list[int]:
+    """The pids whose environment holds `marker` (Ray's daemons and workers inherit the env of
+    `ray start`)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                pids.append(int(entry.name))
+        except OSError:  # gone, or not ours
+            continue
+    return pids
+
+
+def stop_marked(marker: bytes, grace_s: float = 20.0) -> None:
+    """SIGTERM every process carrying `marker`, then SIGKILL what is left after `grace_s`."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        for pid in processes_marked(marker):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while processes_marked(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    assert not processes_marked(marker), "processes of the test cluster outlived SIGKILL"
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[dict]:
     """An mlflow server (sqlite) and a two-node Ray cluster (head + one worker), token-protected."""
     root = tmp_path_factory.mktemp("cluster")
     mlflow_port, ray_port, dashboard_port = free_port(), free_port(), free_port()
     server_uri = f"http://127.0.0.1:{mlflow_port}"
+    marker = f"FORGE_TEST_CLUSTER={secrets.token_hex(8)}"
     env = {
         **os.environ,
+        marker.split("=")[0]: marker.split("=")[1],  # how teardown finds what this cluster started
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN": secrets.token_hex(16),
         "MLFLOW_TRACKING_URI": server_uri,  # what the job's driver records to
@@ -58,7 +93,7 @@ def cluster(tmp_path_factory) -> Iterator[dict]:
             "root": root,
         }
     finally:
-        subprocess.run([*ray, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        stop_marked(marker.encode())
         for process in started:
             process.terminate()
             try:
