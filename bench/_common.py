@@ -120,6 +120,35 @@ def spread(values: Sequence[float]) -> float:
     return (max(values) - min(values)) / mid if values and mid else 0.0
 
 
+def ratio_range(numerators: Sequence[float], denominators: Sequence[float]) -> str:
+    """The ratio's spread over every pairing of the two sides' runs: `lowest..highest`."""
+    if not numerators or not denominators or not min(denominators):
+        return "n/a"
+    return f"{min(numerators) / max(denominators):.2f}..{max(numerators) / min(denominators):.2f}"
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) of `values`, linear between the closest ranks."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def distribution(values: Sequence[float], fmt: str = ".3f", *, inner: float | None = None) -> str:
+    """`median (range min..max, n=N)`; with `inner=10`: `median (p10..p90 a..b; range min..max, n=N)`."""
+    if not values:
+        return "no values"
+    text = f"{median(values):{fmt}} ("
+    if inner is not None:
+        low, high = percentile(values, inner), percentile(values, 100 - inner)
+        text += f"p{inner:g}..p{100 - inner:g} {low:{fmt}}..{high:{fmt}}; "
+    return text + f"range {min(values):{fmt}}..{max(values):{fmt}}, n={len(values)})"
+
+
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, left: int = 1) -> None:
     """Print a plain text table: the first `left` columns left-aligned, the figures right-aligned."""
     cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]

@@ -20,7 +20,7 @@ from forge_ml import __version__, stopping
 from forge_ml.commands import Command, Context, all_commands
 from forge_ml.console import console, results
 from forge_ml.errors import ForgeError, RuntimeFault, describe, error_exit_code
-from forge_ml.secrets import redact_text
+from forge_ml.secrets import RedactingFilter, redact_text
 
 log = logging.getLogger("forge_ml")
 QUIET_ENV = {
@@ -106,6 +106,8 @@ def _setup_logging(verbose: bool) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    for handler in logging.getLogger().handlers:  # what any library logs, too (the SDKs' debug logs)
+        handler.addFilter(RedactingFilter())
     logging.getLogger("forge_ml").setLevel(logging.DEBUG if verbose else logging.INFO)
     for noisy in ("mlflow", "alembic", "urllib3", "httpx", "filelock", "optuna"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

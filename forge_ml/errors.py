@@ -5,6 +5,8 @@ from __future__ import annotations
 import traceback
 from pathlib import Path
 
+from forge_ml.secrets import redact_text
+
 EXIT_OK = 0
 EXIT_BAD_INPUT = 1  # bad configuration or input: do not retry
 EXIT_RUNTIME = 2  # runtime failure: a retry may help
@@ -48,7 +50,7 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     """The first non-blank line of an exception's message; for one raised without a message, where it was raised."""
     for line in str(exc).splitlines():
         if line.strip():
-            return line.strip()[:limit]
+            return redact_text(line.strip())[:limit]  # an API may echo a credential in its error
     return _no_message(exc)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from forge_ml.config import PlannerConfig
 from forge_ml.errors import ConfigError, describe
+from forge_ml.secrets import redact_text
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 _FATAL_NAMES = (
@@ -144,7 +145,7 @@ def classify(exc: BaseException) -> Exception:
     import anthropic
 
     fatal = tuple(getattr(anthropic, name) for name in _FATAL_NAMES if hasattr(anthropic, name))
-    message = f"{type(exc).__name__}: {getattr(exc, 'message', None) or exc}"
+    message = redact_text(f"{type(exc).__name__}: {getattr(exc, 'message', None) or exc}")
     if isinstance(exc, fatal):
         return ClaudeUnavailable(message)
     if isinstance(exc, anthropic.BadRequestError) and any(w in str(exc).lower() for w in _SPEND_WORDS):

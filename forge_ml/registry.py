@@ -124,6 +124,23 @@ class Registry:
         found = [v for v in self.client.search_model_versions(f"run_id = '{run_id}'") if v.name == self.name]
         return min(found, key=lambda v: int(v.version)) if found else None
 
+    def versions_based_on(self, directory: Path) -> list[str]:
+        """The numbers of the versions whose base is the local directory `directory`."""
+        from forge_ml.models.provenance import TAG_PREFIX
+
+        want = Path(directory).resolve()
+        versions = self.client.search_model_versions(f"name = '{self.name}'")
+        return sorted(
+            (
+                str(v.version)
+                for v in versions
+                if (v.tags or {}).get(TAG_PREFIX + "kind") == "local"
+                and (v.tags or {}).get(TAG_PREFIX + "name")
+                and Path(v.tags[TAG_PREFIX + "name"]).resolve() == want
+            ),
+            key=int,
+        )
+
     def register(
         self,
         run_id: str,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 from typing import Any
 
@@ -24,9 +26,40 @@ def looks_secret(key: str, value: Any) -> bool:
     return isinstance(value, str) and bool(_SECRET_VALUE.search(value))
 
 
+MIN_SECRET_LENGTH = 8  # shorter values of secret-named variables are not searched for (too many false hits)
+
+
+def environment_secrets() -> list[str]:
+    """The values of this process's secret-named environment variables (`HF_TOKEN`,
+    `MLFLOW_TRACKING_PASSWORD`, `ANTHROPIC_API_KEY`, ...), longest first."""
+    found = {
+        value
+        for name, value in os.environ.items()
+        if len(value) >= MIN_SECRET_LENGTH and _SECRET_KEY.search(name.lower())
+    }
+    return sorted(found, key=len, reverse=True)
+
+
 def redact_text(text: str) -> str:
-    """Return `text` with secret-looking substrings replaced."""
+    """Return `text` with secret-looking substrings, and the values of secret-named environment
+    variables whatever they look like (a password is any string), replaced."""
+    for value in environment_secrets():
+        text = text.replace(value, REDACTED)
     return _SECRET_VALUE.sub(REDACTED, text)
+
+
+class RedactingFilter(logging.Filter):
+    """A handler filter: every record is formatted once and redacted before any handler writes it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = redact_text(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and record.exc_info[1] is not None:
+            text = logging.Formatter().formatException(record.exc_info)
+            record.exc_text, record.exc_info = redact_text(text), None
+        return True
 
 
 def redact_mapping(flat: dict[str, Any]) -> dict[str, Any]:

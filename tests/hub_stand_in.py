@@ -3,7 +3,10 @@
 It serves what `HfApi.whoami`, `create_repo`, `model_info` and `create_commit` call:
 `GET /api/whoami-v2`, `POST /api/repos/create`, `GET /api/models/<ns>/<name>[/revision/<rev>]`,
 `POST /api/validate-yaml`, `POST /api/models/<ns>/<name>/preupload/<rev>` and
-`POST /api/models/<ns>/<name>/commit/<rev>` (ndjson: a header line, then files). Preupload answers
+`POST /api/models/<ns>/<name>/commit/<rev>` (ndjson: a header line, then files); and what a
+download (`hf_hub_download`, `snapshot_download`, `from_pretrained`) calls: `HEAD`/`GET
+/<ns>/<name>/resolve/<rev>/<path>` with the `X-Repo-Commit` and `ETag` headers, a missing file
+answered 404 `EntryNotFound`, and `GET /api/models/<ns>/<name>/tree/<rev>[/<path>]`. Preupload answers
 "regular" for every file, so the client sends each file base64-encoded inside the commit; the Hub's
 LFS/Xet upload route (the client's `hf_xet` path for large or binary files) is never taken, and an
 `lfsFile` line in a commit is refused with 400.
@@ -34,7 +37,18 @@ ROUTES = [
     ("GET", re.compile(rf"^/api/models/{_REPO}(?:/revision/(?P<rev>[^/]+))?$"), "model_info"),
     ("POST", re.compile(rf"^/api/models/{_REPO}/preupload/(?P<rev>[^/]+)$"), "preupload"),
     ("POST", re.compile(rf"^/api/models/{_REPO}/commit/(?P<rev>[^/]+)$"), "commit"),
+    ("GET", re.compile(rf"^/api/models/{_REPO}/tree/(?P<rev>[^/]+)(?:/(?P<path>.*))?$"), "tree"),
+    ("GET", re.compile(rf"^/{_REPO}/resolve/(?P<rev>[^/]+)/(?P<path>.+)$"), "resolve"),
+    ("HEAD", re.compile(rf"^/{_REPO}/resolve/(?P<rev>[^/]+)/(?P<path>.+)$"), "resolve"),
 ]
+
+
+@dataclass
+class RawFile:
+    """A reply that is a file's bytes, not JSON."""
+
+    content: bytes
+    headers: dict[str, str]
 
 
 @dataclass
@@ -73,6 +87,10 @@ class _Reply(Exception):
         self.status, self.body, self.headers = status, body, headers or {}
 
 
+def _etag(content: bytes) -> str:
+    return hashlib.sha256(content).hexdigest()
+
+
 def _front_matter(content: str) -> Any:
     match = re.match(r"^---\n(.*?)\n---\n", content, re.DOTALL)
     return yaml.safe_load(match.group(1)) if match else {}
@@ -109,6 +127,16 @@ class HubStandIn:
         self.repos[repo_id] = Repo(repo_id, private)
         return self.repos[repo_id]
 
+    def seed_files(self, repo_id: str, files: dict[str, bytes], *, private: bool = False) -> str:
+        """Create (or add to) a repo with `files` in one commit, without HTTP; return the commit."""
+        repo = self.repos.get(repo_id) or self.seed_repo(repo_id, private=private)
+        digest = hashlib.sha1(repo.sha.encode() + b"seed")
+        for path, content in sorted(files.items()):
+            digest.update(path.encode() + b"\0" + content)
+        repo.files.update(files)
+        repo.commits.append(Commit(digest.hexdigest(), "seed", "", files))
+        return repo.sha
+
     def count(self, path_part: str = "") -> int:
         return sum(path_part in r.path for r in self.requests)
 
@@ -144,6 +172,28 @@ class HubStandIn:
         siblings = [{"rfilename": path} for path in sorted(found.files)]
         return {"id": found.repo_id, "private": found.private, "sha": found.sha, "siblings": siblings}
 
+    def tree(self, req: Request, repo: str, rev: str, path: str | None = None) -> Any:
+        found = self._at(repo, rev)
+        prefix = f"{unquote(path).strip('/')}/" if path else ""
+        entries = [p for p in sorted(found.files) if p.startswith(prefix)]
+        if prefix and not entries:
+            raise _Reply(404, {"error": "Entry not found"}, {"X-Error-Code": "EntryNotFound"})
+        return [
+            {"type": "file", "path": p, "size": len(found.files[p]), "oid": _etag(found.files[p])}
+            for p in entries
+        ]
+
+    def resolve(self, req: Request, repo: str, rev: str, path: str) -> RawFile:
+        found = self._at(repo, rev)
+        content = found.files.get(unquote(path))
+        if content is None:
+            raise _Reply(
+                404,
+                {"error": "Entry not found"},
+                {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": found.sha},
+            )
+        return RawFile(content, {"X-Repo-Commit": found.sha, "ETag": f'"{_etag(content)}"'})
+
     def preupload(self, req: Request, repo: str, rev: str) -> Any:
         self._repo(repo)
         files = json.loads(req.body)["files"]
@@ -173,6 +223,13 @@ class HubStandIn:
         found.files.update(files)
         found.commits.append(Commit(oid, header["summary"], header.get("description", ""), files))
         return {"commitUrl": f"{self.base_url}/{repo}/commit/{oid}", "commitOid": oid, "pullRequestUrl": None}
+
+    def _at(self, repo_id: str, rev: str) -> Repo:
+        """The repo, when `rev` names its branch or its current commit (older commits are not kept)."""
+        found = self._repo(repo_id)
+        if unquote(rev) not in ("main", found.sha):
+            raise _Reply(404, {"error": "Revision not found"}, {"X-Error-Code": "RevisionNotFound"})
+        return found
 
     def _repo(self, repo_id: str) -> Repo:
         found = self.repos.get(unquote(repo_id))
@@ -224,16 +281,24 @@ class HubStandIn:
                     stand_in.requests.append(req)
                 status, body, headers = stand_in._dispatch(req)
                 req.status = status
-                data = json.dumps(body).encode()
+                if isinstance(body, RawFile):
+                    data, kind, headers = (
+                        body.content,
+                        "application/octet-stream",
+                        {**headers, **body.headers},
+                    )
+                else:
+                    data, kind = json.dumps(body).encode(), "application/json"
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(data)))
                 for key, value in headers.items():
                     self.send_header(key, value)
                 self.end_headers()
-                self.wfile.write(data)
+                if self.command != "HEAD":
+                    self.wfile.write(data)
 
-            do_GET = do_POST = do_PUT = do_DELETE = _handle
+            do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
 
             def log_message(self, format: str, *args: Any) -> None:  # quiet test output
                 pass

@@ -41,6 +41,7 @@ KEYS = {
         "tokens",
         "ignored",
         "train_loss",
+        "kept_base_of_versions",
     ],
 }
 SECRET = "sk-ant-api03-SENTINELaudit0000000000001"
@@ -336,6 +337,13 @@ def test_pretrain_merges_a_loadable_model_and_records_the_run(pretrained):
     GlobalHydra.instance().clear()
     ref = resolve_base(cfg, project, [])
     assert ref.source == str(merged) and not ref.built_locally
+    record = json.loads((merged / "forge_pretrain.json").read_text())
+    assert record["run_id"] == data["run_id"] and record["corpus_hash"] == data["corpus_hash"]
+    assert record["base"]["provenance"]["kind"] == "tiny" and record["epochs"] == 4
+    assert (
+        ref.provenance.kind == "local"
+        and f"pretrained by forge-ml (run {data['run_id']}" in ref.provenance.note
+    )
     assert "<|im_start|>" in load_tokenizer(ref, cfg.model, project).chat_template
     loaded = load_base_model(ref, cfg)
     name = "model.embed_tokens.weight"
@@ -461,6 +469,53 @@ def test_probe_a_registered_version(pretrained):
 
     result, data = cli(root, "probe", "--tag", "post", "--model", "models:/other/1", *OFFLINE)
     assert result.returncode == 1 and "'small'" in data["error"]["message"]
+
+
+def test_a_pretrained_base_that_versions_name_is_kept_and_the_next_pretrain_goes_beside_it(pretrained):
+    """A version trained on output/pretrain_merged: a second pretrain leaves that directory as it was."""
+    from hydra.core.global_hydra import GlobalHydra
+    from peft import LoraConfig, get_peft_model
+
+    from forge_ml.compose import compose_config
+    from forge_ml.gate import GoldOutcome
+    from forge_ml.models.loader import load_base_model, load_tokenizer, resolve_base
+    from forge_ml.registry import Registry
+
+    project, _, first = pretrained
+    root = project.root
+    merged = root / "output" / "pretrain_merged"
+    GlobalHydra.instance().clear()
+    cfg = compose_config(project, [*OFFLINE, "model.name_or_path=output/pretrain_merged"])
+    GlobalHydra.instance().clear()
+    base = resolve_base(cfg, project, [])
+    adapter = root / "output" / "adapter-on-merged"
+    model = get_peft_model(load_base_model(base, cfg), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    model.save_pretrained(adapter)
+    load_tokenizer(base, cfg.model, project).save_pretrained(adapter)
+    client, exp = client_of(root)
+    run_id = client.create_run(exp).info.run_id
+    client.set_terminated(run_id)
+    version = Registry.for_project(cfg, project).register(
+        run_id,
+        adapter_dir=adapter,
+        base=base,
+        system_prompt="Answer the question.",
+        system_role=True,
+        max_new_tokens=24,
+        outcome=GoldOutcome(0.0, {}, "0", 0, "gold", 1),
+    )
+    assert version.tags["forge.base.note"].startswith(f"pretrained by forge-ml (run {first['run_id']}")
+    before = {p.name: p.read_bytes() for p in merged.iterdir()}
+
+    result, data = cli(root, "pretrain", "--epochs", "1", *PRETRAIN)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert {p.name: p.read_bytes() for p in merged.iterdir()} == before  # the versions' base, untouched
+    beside = root / "output" / f"pretrain_merged-{data['run_id'][:8]}"
+    assert data["merged_dir"] == str(beside) and data["kept_base_of_versions"] == [str(version.version)]
+    assert json.loads((beside / "forge_pretrain.json").read_text())["run_id"] == data["run_id"]
+    said = result.stderr.replace("\n", "")
+    assert f"base of registered version(s) {version.version}: kept as it was" in said
+    assert f"forge-ml train model.name_or_path=output/pretrain_merged-{data['run_id'][:8]}" in said
 
 
 # ---- bad input ----------------------------------------------------------------------------------------

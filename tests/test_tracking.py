@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from mlflow import MlflowClient
 
 from forge_ml.config import ForgeConfig
@@ -72,3 +74,37 @@ def test_redaction_helpers():
         "a": 1,
     }
     assert flatten({"a": {"b": 1, "c": {"d": [1, 2]}}, "e": {}}) == {"a.b": 1, "a.c.d": [1, 2], "e": {}}
+
+
+@given(
+    password=st.text(
+        alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"], exclude_characters="\x00"), min_size=8, max_size=40
+    )
+)
+@settings(max_examples=60, deadline=None)
+def test_the_value_of_a_secret_named_variable_is_redacted_whatever_it_looks_like(password):
+    """A password is any string: found by value, in text, in errors and in any library's log records."""
+    import logging
+    import os
+
+    from forge_ml.errors import describe
+    from forge_ml.secrets import RedactingFilter
+
+    assume(password not in REDACTED and password.strip("\x00"))  # what the placeholder itself reads
+    saved = os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    os.environ["MLFLOW_TRACKING_PASSWORD"] = password
+    try:
+        assert password not in redact_text(f"GET http://u:{password}@h/ failed: {password}!")
+        assert password not in describe(RuntimeError(f"the server said: bad password {password}"))
+        record = logging.LogRecord(
+            "anthropic", logging.DEBUG, "f.py", 1, "headers %s", ({"key": password},), None
+        )
+        RedactingFilter().filter(record)
+        assert password not in record.getMessage()
+        os.environ["MLFLOW_TRACKING_PASSWORD"] = "short"  # under 8 characters: not searched for
+        assert redact_text("a short answer") == "a short answer"
+    finally:
+        if saved is None:
+            os.environ.pop("MLFLOW_TRACKING_PASSWORD", None)
+        else:
+            os.environ["MLFLOW_TRACKING_PASSWORD"] = saved

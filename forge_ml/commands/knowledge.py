@@ -120,6 +120,7 @@ def run_pretrain(ctx: Context) -> int:
         tokens=summary.tokens,
         ignored=[str(p) for p in corpus.ignored],
         train_loss=summary.losses,
+        kept_base_of_versions=summary.kept_for,
     )
     title = (
         f"pretrain ({cfg.lora.method}) on {len(corpus.documents)} document(s), {summary.tokens} tokens "
@@ -128,6 +129,13 @@ def run_pretrain(ctx: Context) -> int:
     rows = [(epoch, f"{loss:.4f}") for epoch, loss in enumerate(summary.losses, start=1)]
     print_table(title, ("epoch", "train/loss"), rows)
     relative = summary.merged_dir.relative_to(ctx.project().root).as_posix()
+    if summary.kept_for:
+        results.print(
+            f"[yellow]note:[/] output/pretrain_merged is the base of registered version(s) "
+            f"{', '.join(summary.kept_for)}: kept as it was; this pretrain's model is {relative}",
+            highlight=False,
+            soft_wrap=True,
+        )
     results.print(f"merged model: {summary.merged_dir}", highlight=False, soft_wrap=True)
     results.print(
         f"use it: forge-ml train model.name_or_path={relative}   "
@@ -162,6 +170,7 @@ COMMANDS = [
             "tokens",
             "ignored",
             "train_loss",
+            "kept_base_of_versions",
         ),
     ),
 ]

@@ -4,17 +4,22 @@ The configured base model (the tiny model is built exactly as `forge-ml train` b
 trains on the corpus with a LoRA adapter (or in full, per `lora.method`); the result is merged
 into full weights and saved with its tokenizer in `output/pretrain_merged/`, ready for
 `forge-ml train model.name_or_path=output/pretrain_merged`. The directory is written through a
-temporary one and a rename, so it is either the old model, the new one, or absent.
+temporary one and a rename, so it is either the old model, the new one, or absent. It holds
+`forge_pretrain.json`: the run, the base it was trained from (with that base's provenance), the
+corpus digest. A directory that registered versions name as their base is never replaced: the
+new model then goes beside it, to `output/pretrain_merged-<run id>/`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +29,9 @@ from forge_ml.data.examples import Example, read_jsonl
 from forge_ml.errors import ConfigError, InputError
 from forge_ml.models.adapters import peft_config_for
 from forge_ml.models.loader import BaseModelRef, load_base_model, load_tokenizer, resolve_base
+from forge_ml.models.provenance import PRETRAIN_FILE
 from forge_ml.project import Project
+from forge_ml.registry import Registry
 from forge_ml.tracking import Tracker, config_params
 
 log = logging.getLogger(__name__)
@@ -68,6 +75,7 @@ class PretrainSummary:
     blocks: int
     epochs: int
     losses: list[float]  # train/loss of each epoch
+    kept_for: list[str] = field(default_factory=list)  # versions whose base output/pretrain_merged stays
 
 
 def _read_text(path: Path) -> str:
@@ -192,8 +200,9 @@ def _train(cfg: ForgeConfig, model: Any, tokenizer: Any, blocks: list[list[int]]
     return trainer.model, losses
 
 
-def _save_merged(model: Any, tokenizer: Any, target: Path) -> None:
-    """Merge a LoRA adapter into its base and save model + tokenizer to `target` via a temp dir + rename."""
+def _save_merged(model: Any, tokenizer: Any, target: Path, record: dict[str, Any]) -> None:
+    """Merge a LoRA adapter into its base and save model + tokenizer + `record` (as PRETRAIN_FILE)
+    to `target` via a temp dir + rename."""
     merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
@@ -201,6 +210,7 @@ def _save_merged(model: Any, tokenizer: Any, target: Path) -> None:
     try:
         merged.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
+        (tmp / PRETRAIN_FILE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
         shutil.rmtree(old, ignore_errors=True)
         if target.exists():
             target.rename(old)
@@ -259,7 +269,21 @@ def run_pretrain(cfg: ForgeConfig) -> PretrainSummary:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         run.log_metrics({"train/runtime_s": time.perf_counter() - started})
-        _save_merged(trained, tokenizer, target)
+        kept_for = Registry.for_project(cfg, project).versions_based_on(target) if target.exists() else []
+        if kept_for:  # registered versions load their base from there: keep it, save beside it
+            target = project.output / f"{MERGED_DIR}-{run.run_id[:8]}"
+        record = {
+            "run_id": run.run_id,
+            "base": base.to_dict(),
+            "method": cfg.lora.method,
+            "epochs": cfg.training.epochs,
+            "corpus_hash": corpus.digest,
+            "corpus_tokens": tokens,
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+        _save_merged(trained, tokenizer, target, record)
         run.set_tags({"forge.pretrain.merged_dir": str(target)})
         run.log_params({"pretrain.merged_dir": str(target)})
-    return PretrainSummary(run.run_id, target, base, corpus, tokens, len(blocks), cfg.training.epochs, losses)
+    return PretrainSummary(
+        run.run_id, target, base, corpus, tokens, len(blocks), cfg.training.epochs, losses, kept_for
+    )

@@ -12,7 +12,7 @@ from forge_ml.config import ForgeConfig, LoraConfig, ModelConfig
 from forge_ml.errors import ConfigError, ForgeError, InputError, RuntimeFault, describe
 from forge_ml.models.generation import auto_dtype
 from forge_ml.models.offline_copy import prepare_offline_copy
-from forge_ml.models.provenance import BaseProvenance
+from forge_ml.models.provenance import BaseProvenance, local_provenance
 from forge_ml.models.source import is_local, resolve_model_source
 from forge_ml.models.tiny import build_tiny_model
 from forge_ml.project import Project
@@ -68,7 +68,7 @@ def resolve_base(cfg: ForgeConfig, project: Project, training_text: list[str]) -
         return BaseModelRef(str(path), None, True, BaseProvenance(kind="tiny", name=path.name))
     source = resolve_model_source(cfg.model.name_or_path, project)
     if is_local(source):
-        return BaseModelRef(source, None, False, BaseProvenance(kind="local", name=source))
+        return BaseModelRef(source, None, False, local_provenance(source))
     revision = cfg.model.revision
     copy = cfg.model.offline_copy
     if copy.enabled and copy.of == source and not _hub_usable(source, revision):

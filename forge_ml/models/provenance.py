@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any, Literal
 
 BaseKind = Literal["hub", "local", "offline-copy", "tiny"]
 TAG_PREFIX = "forge.base."
+PRETRAIN_FILE = "forge_pretrain.json"  # written by `forge-ml pretrain` into the model it saves
 
 
 @dataclass(frozen=True)
@@ -57,4 +60,19 @@ class BaseProvenance:
             return "; ".join(parts)
         if self.kind == "tiny":
             return f"built locally by forge-ml (model=tiny, {self.name})"
-        return f"local directory {self.name}"
+        return f"local directory {self.name}" + (f" ({self.note})" if self.note else "")
+
+
+def local_provenance(directory: str) -> BaseProvenance:
+    """A local base; when `forge-ml pretrain` made it, what it was made from (its `forge_pretrain.json`)."""
+    note = None
+    try:
+        record = json.loads((Path(directory) / PRETRAIN_FILE).read_text(encoding="utf-8"))
+        origin = BaseProvenance.from_dict((record.get("base") or {}).get("provenance"))
+        note = (
+            f"pretrained by forge-ml (run {record['run_id']}, corpus {str(record['corpus_hash'])[:12]}, "
+            f"{record['epochs']} epoch(s)) from {origin.describe() if origin else record['base'].get('source')}"
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # not a pretrain output, or unreadable
+        pass
+    return BaseProvenance(kind="local", name=directory, note=note)

@@ -111,7 +111,8 @@ def max_epochs(cfg: ForgeConfig, params: dict[str, SearchParam]) -> int:
     return int(max(param.values) if param.kind == "choice" else param.high)
 
 
-def _scheduler(cfg: ForgeConfig, params: dict[str, SearchParam]) -> Any:
+def make_scheduler(cfg: ForgeConfig, params: dict[str, SearchParam]) -> Any:
+    """Return the round's trial scheduler: FIFO, or ASHA with rungs in epochs up to the space's most."""
     if cfg.tune.scheduler == "fifo":
         from ray.tune.schedulers import FIFOScheduler
 
@@ -283,7 +284,7 @@ class _Fit:
                 else None,
                 reuse_actors=True,  # a worker keeps torch & co. imported from one trial to the next
                 search_alg=self.searcher,
-                scheduler=_scheduler(cfg, self.params),
+                scheduler=make_scheduler(cfg, self.params),
             ),
             run_config=tune.RunConfig(
                 name=run_name,
