@@ -45,12 +45,10 @@ demo: $(STAMP)
 	$(FORGE) -p $(DEMO_DIR) status
 	@echo "open the MLflow UI (rounds, trials, registry): $(FORGE) -p $(DEMO_DIR) ui"
 
-# Modules run in parallel, one whole module per worker (a module's fixtures are built once).
-# One worker more than there are cores, at most 5: much of the suite waits on processes
-# starting (Ray, mlflow server, the CLI), and a third worker fills those waits on 2 cores.
-# PYTEST_PARALLEL= runs the modules one after another.
-PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$((n + 1)))
-PYTEST_PARALLEL ?= --numprocesses=$(PYTEST_WORKERS) --dist=loadfile
+# Modules run in parallel, one whole module per worker (a module's fixtures are built once),
+# as many workers as cores, at most 4 (a third worker on 2 cores made the suite slower: it is
+# CPU-bound). PYTEST_PARALLEL= runs the modules one after another.
+PYTEST_PARALLEL ?= --numprocesses=auto --maxprocesses=4 --dist=loadfile
 
 test: $(STAMP)
 	$(VPY) -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)

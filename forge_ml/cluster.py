@@ -45,6 +45,10 @@ def dashboard_address(address: str | None) -> str:
     return address
 
 
+NO_AGENT = "No available agent to submit job"  # Ray's answer while the head's job agent starts
+AGENT_WAIT_S, AGENT_RETRY_S = 90.0, 3.0  # how long a fresh cluster's agent is waited for, and how often
+
+
 def submit(
     address: str,
     project_root: Path,
@@ -71,15 +75,23 @@ def submit(
     runtime_env: dict = {"env_vars": env}
     if remote_project is None:
         runtime_env |= {"working_dir": str(project_root), "excludes": UPLOAD_EXCLUDES}
-    try:
-        client = JobSubmissionClient(address)
-        job_id = client.submit_job(
-            entrypoint=entrypoint,
-            runtime_env=runtime_env,
-            metadata={"forge.project": project_root.name},
-        )
-    except (ConnectionError, RuntimeError) as exc:
-        raise RuntimeFault(f"Ray Jobs at {address}: cannot submit ({exc})") from exc
+    deadline = time.monotonic() + AGENT_WAIT_S
+    while True:
+        try:
+            client = JobSubmissionClient(address)
+            job_id = client.submit_job(
+                entrypoint=entrypoint,
+                runtime_env=runtime_env,
+                metadata={"forge.project": project_root.name},
+            )
+            break
+        except (ConnectionError, RuntimeError) as exc:
+            # A head node that has just started has no job agent yet: Ray says so and asks to retry.
+            if NO_AGENT in str(exc) and time.monotonic() < deadline:
+                on_log(f"the cluster's job agent is not up yet; trying again in {AGENT_RETRY_S:g}s\n")
+                time.sleep(AGENT_RETRY_S)
+                continue
+            raise RuntimeFault(f"Ray Jobs at {address}: cannot submit ({exc})") from exc
     on_log(f"submitted {job_id} to {address}: {entrypoint}\n")
     shown = 0
     try:

@@ -2,15 +2,92 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-console = Console(stderr=True)  # progress, messages, errors
-results = Console()  # what a command reports: tables, scores
+LOG_MAX_BYTES = 10 * 2**20  # a mirrored log is rotated to `<name>.1` past this size
+
+
+class MirroredConsole(Console):
+    """A rich Console whose `print`s are also written, with the time, to the consoles in `mirrors`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.mirrors: list[Console] = []
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        super().print(*objects, **kwargs)
+        for mirror in self.mirrors:
+            mirror.log(*objects, highlight=False, _stack_offset=2)
+
+
+console = MirroredConsole(stderr=True)  # progress, messages, errors
+results = MirroredConsole()  # what a command reports: tables, scores
+
+
+class BoundedLog:
+    """An append-only text file that moves itself to `<name>.1` (one old file kept) past `max_bytes`."""
+
+    def __init__(self, path: Path, max_bytes: int = LOG_MAX_BYTES) -> None:
+        self.path, self.max_bytes = path, max_bytes
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = path.open("a", encoding="utf-8")
+
+    def write(self, text: str) -> int:
+        if self._file.tell() + len(text) > self.max_bytes and self._file.tell() > 0:
+            self._file.close()
+            self.path.replace(self.path.with_name(self.path.name + ".1"))
+            self._file = self.path.open("a", encoding="utf-8")
+        written = self._file.write(text)
+        self._file.flush()
+        return written
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self._file.close()
+
+
+@contextmanager
+def mirrored_to(path: Path, max_bytes: int = LOG_MAX_BYTES) -> Iterator[None]:
+    """Meanwhile, write what `console` and `results` print and forge-ml's log records to `path` too
+    (plain text with times, size-bounded), as well as to the terminal."""
+    from forge_ml.secrets import RedactingFilter
+
+    log = BoundedLog(path, max_bytes)
+    mirror = Console(
+        file=log,
+        width=120,
+        no_color=True,
+        log_time=True,
+        log_time_format="%Y-%m-%d %H:%M:%S",
+        log_path=False,
+        soft_wrap=True,
+    )
+    handler = logging.StreamHandler(log)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactingFilter())
+    logger = logging.getLogger("forge_ml")
+    for target in (console, results):
+        target.mirrors.append(mirror)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        for target in (console, results):
+            target.mirrors.remove(mirror)
+        log.close()
 
 
 @contextmanager

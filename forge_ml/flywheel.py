@@ -74,13 +74,17 @@ class Flywheel:
         overrides: list[str],
         *,
         max_rounds: int | None = None,
+        more_rounds: int | None = None,
         skip_train: bool = False,
     ) -> None:
+        """`max_rounds`: rounds in all (default `flywheel.max_rounds`); `more_rounds`: this many
+        more than the project has recorded when `run` starts (a round being resumed is one of them)."""
         self.project = project
         self.overrides = overrides
         self.skip_train = skip_train
         self.cfg = compose_config(project, overrides)
         self.max_rounds = max_rounds or self.cfg.flywheel.max_rounds
+        self.more_rounds = more_rounds
         self.tracker = Tracker(self.cfg, project)
         self.registry = Registry.for_project(self.cfg, project)
         self.planner = RoundPlanner(self.cfg, project)
@@ -99,6 +103,9 @@ class Flywheel:
                 self._rebaseline(gold_hash)
             self.registry.check_gold(gold_hash)
             state = load_state(self.project)
+            if self.more_rounds is not None:
+                recorded = max((r.round for r in journal.read_records(self.project)), default=0)
+                self.max_rounds = recorded + self.more_rounds
             # round runs (and their trials) a killed flywheel left RUNNING; the round being resumed keeps its run
             self.tracker.close_stale_runs(
                 "tags.`forge.flywheel` = 'true'",
@@ -395,7 +402,7 @@ class Flywheel:
         )
         records = [r for r in journal.read_records(self.project) if r.round != state.round] + [record]
         journal.write_context(self.project, records, cfg.eval.target_accuracy, cfg.flywheel.context_max_chars)
-        journal.write_plan(self.project, state.round, state.plan, record.planner, record.champion_accuracy)
+        journal.write_plan(self.project, records, cfg.eval.target_accuracy)
         plot = journal.plot_rounds(records, self.project.output / "plots" / "gold_accuracy.png")
         if plot is not None:
             run.log_artifact(plot, "round/plots")

@@ -95,6 +95,26 @@ def mcnemar_exact(b: int, c: int) -> float:
     return min(1.0, 2 * tail / 2**n)
 
 
+def accuracy_rule(candidate: float, champion: float, min_delta: float) -> tuple[bool, str]:
+    """Whether a challenger's gold accuracy beats the champion's, and the rule that decided.
+
+    `min_delta` 0 (the default): strictly better; a tie is refused, so the registry does not fill
+    with versions that are no better. Above 0: better by at least `min_delta`. Below 0: a loss of
+    up to `-min_delta` is accepted (a tie passes).
+    """
+    a, c = _fig(candidate), _fig(champion)
+    if abs(min_delta) < EPS:
+        rule = f"a challenger must be better; min_delta {_fig(min_delta)}"
+        if candidate > champion + EPS:
+            return True, f"gold accuracy {a} > champion {c} ({rule})"
+        if abs(candidate - champion) <= EPS:
+            return False, f"gold accuracy {a} ties champion {c}: a tie is refused ({rule})"
+        return False, f"gold accuracy {a} < champion {c} ({rule})"
+    ok = candidate + EPS >= champion + min_delta
+    note = "" if min_delta > 0 else f" (a loss of up to {_fig(-min_delta)} accepted)"
+    return ok, f"gold accuracy {a} {'>=' if ok else '<'} champion {c} + min_delta {_fig(min_delta)}{note}"
+
+
 def decide(candidate: GoldOutcome, champion: GoldOutcome | None, gate: GateConfig) -> GateDecision:
     """Return whether `candidate` may replace `champion` under `gate`, with the figures behind it."""
     refusals: list[str] = []
@@ -109,11 +129,8 @@ def decide(candidate: GoldOutcome, champion: GoldOutcome | None, gate: GateConfi
             f"gold set {candidate.gold_hash[:12]} differs from the champion's {champion.gold_hash[:12]}; "
             f"outcomes on different gold sets cannot be compared (re-baseline with `{REBASELINE}`)"
         )
-    below = candidate.accuracy + EPS < champion.accuracy + gate.min_delta
-    (refusals if below else passes).append(
-        f"gold accuracy {_fig(candidate.accuracy)} {'<' if below else '>='} champion "
-        f"{_fig(champion.accuracy)} + min_delta {_fig(gate.min_delta)}"
-    )
+    ok, reason = accuracy_rule(candidate.accuracy, champion.accuracy, gate.min_delta)
+    (passes if ok else refusals).append(reason)
     p_value = None
     if gate.significance is not None:
         pairs = list(zip(candidate.outcomes, champion.outcomes))

@@ -13,9 +13,11 @@ import logging
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from forge_ml.errors import describe
 from forge_ml.fileio import atomic_write_json, atomic_write_text
 from forge_ml.planner.plan import ExperimentPlan
 from forge_ml.project import Project
@@ -62,7 +64,14 @@ class RoundRecord:
 
 
 def write_heartbeat(project: Project, round_number: int, status: str, **extra: Any) -> None:
-    data = {"round": round_number, "status": status, "timestamp": time.time(), **extra}
+    now = time.time()
+    data = {
+        "round": round_number,
+        "status": status,
+        "time": datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds"),  # ISO 8601, UTC
+        "timestamp": now,  # the same moment in epoch seconds
+        **extra,
+    }
     if "error" in data:
         data["error"] = redact_text(str(data["error"]))
     atomic_write_json(project.output / HEARTBEAT, data)
@@ -141,14 +150,39 @@ def write_context(project: Project, records: list[RoundRecord], target: float, m
     atomic_write_text(project.root / CONTEXT, text)
 
 
-def write_plan(
-    project: Project, round_number: int, plan: ExperimentPlan, planner: str, champion: float | None
-) -> None:
+def write_plan(project: Project, records: list[RoundRecord], target: float) -> None:
+    """Rewrite PLAN.md: what comes next (the latest plan's queue), what was tried and how it went
+    (every round, newest first), and the latest round's plan in full. The planner reads it next round."""
+    if not records:
+        return
+    latest = records[-1]
+    plan = latest.plan
+    queue = [f"{n}. {h}" for n, h in enumerate(plan.next_hypotheses, 1)] or ["(the planner queued none)"]
+    tried = [
+        f"| {r.round} | {r.planner} | {_cell(r.hypothesis)} | {_pct(r.gold_accuracy)} | "
+        f"{_pct(r.champion_accuracy)} | {_cell(_worked(r))} |"
+        for r in reversed(records)
+    ]
     text = "\n".join(
         [
-            "# Current plan (written by forge-ml)",
+            "# Plan: what was tried, and what comes next (rewritten by forge-ml after every round)",
             "",
-            f"Round {round_number}, planned by the {planner} planner. Champion gold accuracy: {_pct(champion)}.",
+            f"Rounds done: {len(records)}. Champion gold accuracy: {_pct(latest.champion_accuracy)} "
+            f"(target {_pct(target)}).",
+            "",
+            f"## Next: the queue after round {latest.round}",
+            "",
+            *queue,
+            "",
+            "## Tried",
+            "",
+            "| round | planner | hypothesis | gold accuracy | champion after | worked |",
+            "|---|---|---|---|---|---|",
+            *tried,
+            "",
+            f"## Round {latest.round} in full",
+            "",
+            f"Round {latest.round}, planned by the {latest.planner} planner.",
             "",
             f"**Hypothesis.** {plan.hypothesis}",
             "",
@@ -165,6 +199,19 @@ def write_plan(
         ]
     )
     atomic_write_text(project.root / PLAN, text)
+
+
+def _worked(record: RoundRecord) -> str:
+    if record.version is None:
+        return "not gated (no trials, or none finished)"
+    if record.promoted:
+        return f"yes: v{record.version} promoted to champion"
+    reason = record.gate_reasons[0] if record.gate_reasons else "refused"
+    return f"no: v{record.version} refused ({reason[:160]})"
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 def append_background(project: Project, round_number: int, text: str) -> None:
@@ -245,3 +292,34 @@ def git_commit(project: Project, message: str, paths: list[Path]) -> bool:
         log.warning("git commit failed: %s", (done.stderr or done.stdout).strip()[:300])
         return False
     return done.returncode == 0
+
+
+def git_init(root: Path) -> str:
+    """Make `root` a git repository with a first commit of what is in it; return what happened.
+
+    A directory already inside a work tree is left alone (its rounds commit there). A missing
+    `git`, or no committer identity, leaves a repository without a first commit, and says so.
+    """
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60, check=False
+        )
+
+    try:
+        inside = git("rev-parse", "--show-toplevel")
+        if inside.returncode == 0:
+            return f"inside the git repository {inside.stdout.strip()}: rounds commit there"
+        made = git("init", "-q")
+        if made.returncode != 0:
+            return f"not a git repository: git init failed ({(made.stderr or made.stdout).strip()[:200]})"
+        git("add", "-A")
+        first = git("commit", "-q", "-m", "forge-ml init")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"not a git repository: {describe(exc)}"
+    if first.returncode != 0:
+        return (
+            "a git repository without a first commit (set git's user.name and user.email so that "
+            f"rounds can commit): {(first.stderr or first.stdout).strip()[:200]}"
+        )
+    return "a git repository: each flywheel round commits forge.yaml, the dataset and the notes"

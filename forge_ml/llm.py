@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from forge_ml.config import PlannerConfig
@@ -161,13 +162,15 @@ def call_tool(
     messages: list[dict[str, Any]],
     tool: dict[str, Any],
     usage: Usage,
+    model: str | None = None,
 ) -> ToolCall:
-    """Send one request that must answer with `tool`; return its input (raise Claude* on failure)."""
+    """Send one request that must answer with `tool` (to `model`, default `planner.model`); return
+    its input (raise Claude* on failure)."""
     import anthropic
 
     try:
         response = client.messages.create(
-            model=planner.model,
+            model=model or planner.model,
             max_tokens=planner.max_tokens,
             system=system,
             messages=messages,
@@ -209,6 +212,21 @@ def quoted(name: str, value: Any) -> str:
     return f'<data name="{name}">\n{body}\n</data>'
 
 
+# The project's notes every request carries, as data, in its cached prefix: what the task is and
+# what the domain knows. (file, title)
+PROJECT_NOTES = (("mission.md", "Task description"), ("BACKGROUND.md", "Domain background"))
+
+
+def project_notes(root: Path) -> str:
+    """mission.md and BACKGROUND.md of the project at `root`, each titled and quoted (empty when absent)."""
+    parts = []
+    for name, title in PROJECT_NOTES:
+        path = root / name
+        text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+        parts.append(f"{title} ({name}):\n{quoted(name, text)}")
+    return "\n\n".join(parts)
+
+
 # --- Message Batches: the same forced-tool requests at half the price, answered within 24 hours ---
 
 BATCH_PRICE_FACTOR = 0.5  # a Message Batch costs half the standard price of its requests
@@ -240,15 +258,17 @@ def submit_tool_batch(
     requests: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]],
     *,
     tool: dict[str, Any],
+    model: str | None = None,
 ) -> str:
-    """Create a Message Batch of forced-`tool` requests (`custom_id -> (system, messages)`); return its id."""
+    """Create a Message Batch of forced-`tool` requests (`custom_id -> (system, messages)`) to `model`
+    (default `planner.model`); return its id."""
     import anthropic
 
     items = [
         {
             "custom_id": custom_id,
             "params": {
-                "model": planner.model,
+                "model": model or planner.model,
                 "max_tokens": planner.max_tokens,
                 "system": system,
                 "messages": messages,

@@ -98,7 +98,7 @@ _SCAFFOLD = {
     "dataset/seed.jsonl": "",
     "dataset/gold.jsonl": "",
     "dataset/canonical.jsonl": "",
-    ".gitignore": "output/\nmlflow.db\nmlartifacts/\n",
+    ".gitignore": "output/\nmlflow.db\nmlartifacts/\n.env\n",
 }
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from forge_ml.config import BoundConfig, ForgeConfig
 from forge_ml.config.overrides import schema_type
-from forge_ml.planner.plan import MAX_FOCUS
+from forge_ml.planner.plan import MAX_FOCUS, MAX_NEXT, MAX_NEXT_TEXT
 
 CATEGORIES = ["hover", "land", "takeoff", "rtl", "loiter", "goto_waypoint", "ascend", "descend", "unknown"]
 # names a planner may invent: unknown to the data, but plain words (allowed, and written for)
@@ -110,6 +110,7 @@ def valid_plans(draw, cfg: ForgeConfig) -> dict[str, Any]:
         "background_additions": draw(st.one_of(st.just(""), words)),
         "augment_focus": focus,
         "augment_n": draw(st.integers(0, planner.max_augment)),
+        "next_hypotheses": draw(st.lists(words.filter(str.strip), max_size=MAX_NEXT)),
     }
 
 
@@ -154,6 +155,7 @@ def invalid_plans(draw, cfg: ForgeConfig) -> tuple[dict[str, Any], str]:
                 "empty_hypothesis",
                 "path_focus",
                 "too_many_focus",
+                "bad_queue",
                 "clash",
                 "empty_space",
             ]
@@ -223,6 +225,11 @@ def invalid_plans(draw, cfg: ForgeConfig) -> tuple[dict[str, Any], str]:
     if defect == "too_many_focus":
         plan["augment_focus"] = [f"cat{i}" for i in range(MAX_FOCUS + 1)]
         return plan, "augment_focus"
+    if defect == "bad_queue":
+        plan["next_hypotheses"] = draw(
+            st.sampled_from(["try r=16", [1, 2], ["  "], ["x" * (MAX_NEXT_TEXT + 1)], ["h"] * (MAX_NEXT + 1)])
+        )
+        return plan, "next_hypotheses"
     if defect == "empty_space":
         plan["fixed_overrides"].update({k: draw(value_in(k, bounds[k])) for k in plan["search_space"]})
         plan["search_space"] = {}

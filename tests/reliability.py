@@ -111,7 +111,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     Path(path).write_text(render(_REPORT.proofs, _REPORT.verdicts, _REPORT.durations), encoding="utf-8")
     Path(path).with_suffix(".json").write_text(
         json.dumps(
-            [p.__dict__ | {"verdict": _REPORT.verdicts.get(p.nodeid, "not run")} for p in ordered(_REPORT.proofs)],
+            [
+                p.__dict__ | {"verdict": _REPORT.verdicts.get(p.nodeid, "not run")}
+                for p in ordered(_REPORT.proofs)
+            ],
             indent=1,
         )
         + "\n",

@@ -236,6 +236,7 @@ def test_claude_audit_reviews_in_batches_and_fixes_what_passes_validation(audit_
         assert fake.count("/v1/messages") == 3  # 6 examples, 2 per request
         bodies = [r.body for r in fake.requests]
         assert all(b["tool_choice"] == {"type": "tool", "name": "review_examples"} for b in bodies)
+        assert all('<data name="mission.md">' in b["system"][0]["text"] for b in bodies)
         assert sorted(e["index"] for b in bodies for e in _examples_in(b)) == list(range(6))
         assert canonical.read_bytes() == before
 

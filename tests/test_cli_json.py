@@ -11,7 +11,7 @@ from forge_ml.commands import all_commands
 
 COMMON = ["command", "success", "exit_code", "run_id", "config_hash"]
 KEYS = {
-    "init": ["project"],
+    "init": ["project", "git"],
     "status": [
         "project",
         "datasets",

@@ -144,13 +144,20 @@ def test_generate_with_claude_sends_bounded_requests_and_records_usage(project):
     with FakeAnthropic() as fake:
         fake.on_tool("write_examples", writer)
         args = ["generate", "--n", "40", "--batch-size", "10", "planner.augment_concurrency=2"]
-        result, env = cli(project, *args, env=claude_env(fake))
+        # data written by a cheaper model than the one that plans
+        result, env = cli(project, *args, "planner.data_model=claude-haiku-4-5", env=claude_env(fake))
         bodies = [r.body for r in fake.requests]
     assert result.returncode == 0, result.stderr
+    assert {r["model"] for r in bodies} == {"claude-haiku-4-5"}
     assert writer.most_in_flight == 2  # four requests, two at a time
     assert KEY not in result.stdout + result.stderr
     assert [r["tool_choice"] for r in bodies] == [{"type": "tool", "name": "write_examples"}] * 4
     assert all(r["system"][0]["cache_control"] == {"type": "ephemeral"} for r in bodies)
+    mission = (project.root / "mission.md").read_text().splitlines()[2]  # the task description, quoted data
+    assert all(
+        '<data name="mission.md">' in r["system"][0]["text"] and mission in r["system"][0]["text"]
+        for r in bodies
+    )
     sent = json.dumps(bodies)
     gold = read_examples(project.root / "dataset" / "gold.jsonl")
     assert not [g.user for g in gold if len(g.user) > 20 and json.dumps(g.user)[1:-1] in sent]

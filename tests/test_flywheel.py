@@ -58,6 +58,7 @@ def claude_plan(body: dict) -> dict:
         # the plan's own trial count and epochs, neither as configured (tune.num_samples=2, training.epochs=2),
         # and a patch that changes a logged key between rounds: the round run logs what its trials run
         "num_samples": 3 if round_number == 1 else 1,
+        "next_hypotheses": [f"After round {round_number}: lora.r=16 with half the learning rate."],
         "fixed_overrides": {"training.epochs": 1},
         "forge_yaml_patches": {"training.warmup_ratio": 0.05 * round_number},
         "background_additions": f"Round {round_number}: hover answers need seconds.",
@@ -113,6 +114,11 @@ def test_claude_flywheel_rounds_gate_record_and_resume(project, monkeypatch, pro
         assert result.returncode == 0, result.stderr[-4000:]
         watch.check()
         assert fake.count("/v1/messages") >= 4  # a plan and data for each round
+        # every request, plans and data alike, carries the task description (mission.md) as quoted data
+        messages = [r for r in fake.requests if r.path == "/v1/messages"]
+        assert all('<data name="mission.md">' in r.body["system"][0]["text"] for r in messages)
+        plans = [r for r in messages if (r.body.get("tool_choice") or {}).get("name") == "propose_experiment"]
+        assert "After round 1: lora.r=16" in json.dumps(plans[-1].body)  # round 2 read the queue round 1 left
 
     assert_consistent(root, 2)
     client, _ = client_for(root)
@@ -152,7 +158,11 @@ def test_claude_flywheel_rounds_gate_record_and_resume(project, monkeypatch, pro
     heartbeat = json.loads((root / "output" / "flywheel_heartbeat.json").read_text())
     assert heartbeat["status"] == "completed" and heartbeat["round"] == 2
     assert "## Round 2" in (root / "AGENT_CONTEXT.md").read_text()
-    assert "Round 2, planned by the claude planner" in (root / "PLAN.md").read_text()
+    plan_md = (root / "PLAN.md").read_text()
+    assert "Round 2, planned by the claude planner" in plan_md
+    assert "1. After round 2: lora.r=16 with half the learning rate." in plan_md  # the queue Claude keeps
+    tried = [line for line in plan_md.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
+    assert len(tried) == 2 and all("Claude round" in line and "%" in line for line in tried)
     assert "Round 1: hover answers need seconds." in (root / "BACKGROUND.md").read_text()
     config = (root / "forge.yaml").read_text()
     assert "warmup_ratio: 0.1" in config and '# compare the "cmd" field' in config  # comments kept

@@ -135,14 +135,20 @@ def _user_text(request) -> str:
 
 def test_claude_plan_is_validated_and_applied_with_cached_prefix_and_cost(fake, cfg, example_project):
     fake.on_tool("propose_experiment", lambda body: VALID)
+    cfg.planner.data_model = "claude-haiku-4-5"  # writes data only: the plan goes to planner.model
     planner = RoundPlanner(cfg, example_project)
     outcome = planner.plan(cfg, History(failures=[{"input": "hover here", "category": "hover"}]), 1)
     assert outcome.source == "claude" and not outcome.fallback
     assert outcome.plan == validate_plan(VALID, cfg)
     (request,) = fake.requests
+    assert request.body["model"] == cfg.planner.model == "claude-sonnet-4-5"
     assert request.body["tool_choice"] == {"type": "tool", "name": "propose_experiment"}
     assert request.body["system"][-1]["cache_control"] == {"type": "ephemeral"}
-    assert "Domain background" in request.body["system"][0]["text"]  # BACKGROUND.md sits in the cached prefix
+    prefix = request.body["system"][0][
+        "text"
+    ]  # mission.md and BACKGROUND.md sit in the cached prefix, quoted
+    assert "Domain background (BACKGROUND.md)" in prefix and '<data name="mission.md">' in prefix
+    assert "Route one natural-language instruction for a small drone" in prefix
     assert '<data name="gold_failures">' in _user_text(request)
     expected_cost = (
         DEFAULT_USAGE["input_tokens"] * 3.0 + DEFAULT_USAGE["output_tokens"] * 15.0 + 1024 * 0.30

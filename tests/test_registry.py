@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 from conftest import FAST, shrink_jsonl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from forge_ml.config.checks import Problems
 from forge_ml.config.registry import GateConfig, RegistryConfig
 from forge_ml.errors import ConfigError
 from forge_ml.evaluation.report import EvalReport, ScoredExample
-from forge_ml.gate import GoldOutcome, decide, mcnemar_exact
+from forge_ml.gate import GoldOutcome, _fig, decide, mcnemar_exact
 from forge_ml.models.pyfunc import save_adapter_model
 from forge_ml.registry import CHALLENGER, CHAMPION, Registry
 
@@ -44,14 +46,28 @@ GATE_CASES = {
         right(14),
         GateConfig(),
         True,
-        "gold accuracy 0.80 >= champion 0.70 + min_delta 0.00",
+        "gold accuracy 0.80 > champion 0.70 (a challenger must be better; min_delta 0.00)",
     ),
     "equal": (
         right(14),
         right(14),
         GateConfig(),
+        False,
+        "gold accuracy 0.70 ties champion 0.70: a tie is refused (a challenger must be better; min_delta 0.00)",
+    ),
+    "equal-with-a-tolerated-loss": (
+        right(14),
+        right(14),
+        GateConfig(min_delta=-0.05),
         True,
-        "gold accuracy 0.70 >= champion 0.70 + min_delta 0.00",
+        "gold accuracy 0.70 >= champion 0.70 + min_delta -0.05 (a loss of up to 0.05 accepted)",
+    ),
+    "better-by-min-delta": (
+        right(15),
+        right(14),
+        GateConfig(min_delta=0.05),
+        True,
+        "gold accuracy 0.75 >= champion 0.70 + min_delta 0.05",
     ),
     "equal-min-delta": (
         right(14),
@@ -65,7 +81,7 @@ GATE_CASES = {
         right(14),
         GateConfig(),
         False,
-        "gold accuracy 0.65 < champion 0.70 + min_delta 0.00",
+        "gold accuracy 0.65 < champion 0.70 (a challenger must be better; min_delta 0.00)",
     ),
     "significance-not-met": (
         right(16),
@@ -100,7 +116,7 @@ GATE_CASES = {
         "1" * 10 + "1111000000",
         GateConfig(max_category_drop=0.1),
         True,
-        "gold accuracy 0.95 >= champion 0.70",
+        "gold accuracy 0.95 > champion 0.70",
     ),
     "uneven-figures": (
         right(19, 27),
@@ -121,6 +137,25 @@ def test_gate_decisions(candidate, champion, gate, promote, reason):
     assert decision.promote is promote
     assert any(reason in r for r in decision.reasons), decision.reasons
     assert (decision.p_value is None) is (gate.significance is None)
+
+
+@given(
+    champion=st.integers(0, 40),
+    candidate=st.integers(0, 40),
+    n=st.integers(40, 60),
+    min_delta=st.sampled_from([0.0, 0.01, 0.05, 0.2, -0.01, -0.05]),
+)
+@settings(max_examples=300, deadline=None)
+def test_a_challenger_is_promoted_only_when_better_by_what_the_rule_asks(champion, candidate, n, min_delta):
+    decision = decide(
+        outcome(right(candidate, n)), outcome(right(champion, n)), GateConfig(min_delta=min_delta)
+    )
+    gain = (candidate - champion) / n
+    assert decision.promote is (gain > 0 if min_delta == 0 else gain >= min_delta - 1e-9)
+    if candidate == champion and min_delta >= 0:  # a tie never churns the registry
+        assert not decision.promote
+    (reason,) = decision.reasons
+    assert reason.startswith(f"gold accuracy {_fig(candidate / n)} ") and _fig(champion / n) in reason
 
 
 def test_forbidden_output_refuses_even_a_first_version():
@@ -295,7 +330,10 @@ def test_register_gate_and_load_the_champion(trained, models_uri):
     assert not refused.promote and alias(t, name, CHAMPION) == "1"
     tags = t.client.get_model_version(name, "2").tags
     assert tags["forge.gate.decision"] == "refused" and "+ min_delta 0.01" in tags["forge.gate.reasons"]
-    promoted = registry.gate(v2, t.outcome, GateConfig(significance=None))
+    tie = registry.gate(v2, t.outcome, GateConfig())  # the same gold outcome: no better, refused
+    assert not tie.promote and alias(t, name, CHAMPION) == "1"
+    assert "a tie is refused" in t.client.get_model_version(name, "2").tags["forge.gate.reasons"]
+    promoted = registry.gate(v2, t.outcome, GateConfig(min_delta=-0.01))  # a small loss tolerated
     assert promoted.promote and promoted.compared_to == "1"
     assert alias(t, name, CHAMPION) == "2" and alias(t, name, CHALLENGER) == "2"
     assert t.client.get_model_version(name, "2").tags["forge.gate.decision"] == "promoted"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import getpass
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -21,7 +21,7 @@ from fake_anthropic import FakeAnthropic
 from forge_ml.config.registry import RegistryConfig
 from forge_ml.errors import InputError
 from forge_ml.evaluation.judge import parse_scores
-from forge_ml.gate import GoldOutcome
+from forge_ml.gate import GoldOutcome, _fig
 from forge_ml.jobs.evaluate import parse_registry_uri, split_model_argument
 from forge_ml.registry import CHAMPION, Registry
 
@@ -62,21 +62,35 @@ def cli(t: Trained, *args: str, env: dict | None = None):
     return envelope(result), result
 
 
-def register_pair(t: Trained, name: str, *, stages: bool = False) -> Registry:
-    """Register model `name`: v1 from the train run (gated: champion), v2 from the other (challenger)."""
+def register_pair(t: Trained, name: str, *, stages: bool = False, better: bool = False) -> Registry:
+    """Register model `name`: v1 from the train run (gated: champion), v2 from the other (challenger).
+
+    v2's recorded gold outcome ties v1's, or with `better` has one more gold example right.
+    """
     registry = Registry(RegistryConfig(stages=stages), t.client, name)
+    first, second = improved_pair(t.outcome) if better else (t.outcome, t.outcome)
     kwargs = {
         "adapter_dir": t.adapter,
         "base": _base_ref(t),
         "system_prompt": t.system_prompt,
         "system_role": True,
         "max_new_tokens": 24,
-        "outcome": t.outcome,
     }
-    v1 = registry.register(t.train_run, **kwargs)
-    assert registry.gate(v1, t.outcome, RegistryConfig().gate).promote
-    registry.register(t.other_run, **kwargs)
+    v1 = registry.register(t.train_run, outcome=first, **kwargs)
+    assert registry.gate(v1, first, RegistryConfig().gate).promote
+    registry.register(t.other_run, outcome=second, **kwargs)
     return registry
+
+
+def improved_pair(outcome: GoldOutcome) -> tuple[GoldOutcome, GoldOutcome]:
+    """Two outcomes on the same gold set, the second with one more example right."""
+
+    def with_bits(bits: str) -> GoldOutcome:
+        return replace(outcome, outcomes=bits, accuracy=bits.count("1") / len(bits))
+
+    if "0" in outcome.outcomes:
+        return outcome, with_bits(outcome.outcomes.replace("0", "1", 1))
+    return with_bits(outcome.outcomes.replace("1", "0", 1)), outcome
 
 
 def _base_ref(t: Trained):
@@ -415,13 +429,15 @@ def aliases(t: Trained, name: str) -> dict[str, str]:
 @pytest.mark.slow
 def test_promote_runs_the_gate_on_the_challenger(trained):
     t, name = trained, "router-gated"
-    register_pair(t, name)
+    first, second = improved_pair(t.outcome)
+    register_pair(t, name, better=True)
     data, result = cli(t, "promote", f"registry.model_name={name}")
     assert result.returncode == 0, result.stderr[-3000:]
     assert list(data) == [*COMMON, *KEYS["promote"], "error"]
     assert data["version"] == "2" and data["decision"] == "promoted" and data["champion"] == "2"
     assert data["compared_to"] == "1" and data["reasons"] == [
-        f"gold accuracy {t.accuracy:.2f} >= champion {t.accuracy:.2f} + min_delta 0.00"
+        f"gold accuracy {_fig(second.accuracy)} > champion {_fig(first.accuracy)} "
+        "(a challenger must be better; min_delta 0.00)"
     ]
     assert aliases(t, name) == {"champion": "2", "challenger": "2"}
     assert t.client.get_model_version(name, "2").tags["forge.gate.decision"] == "promoted"

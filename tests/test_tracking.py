@@ -78,7 +78,9 @@ def test_redaction_helpers():
 
 @given(
     password=st.text(
-        alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"], exclude_characters="\x00"), min_size=8, max_size=40
+        alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"], exclude_characters="\x00"),
+        min_size=8,
+        max_size=40,
     )
 )
 @settings(max_examples=60, deadline=None)

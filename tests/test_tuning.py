@@ -59,6 +59,10 @@ def test_round_leaves_a_round_run_with_one_nested_run_per_trial(small_project):
     assert round_run.data.tags["forge.best_trial_id"] == best.trial_id
     assert round_run.data.metrics["best/dev/loss"] == pytest.approx(best.metrics["dev/loss"])
     assert round_run.data.params["tune.space.lora.r"] == "choice(4,8)"
+    assert (round_run.data.params["tune.num_samples"], round_run.data.params["tune.scheduler"]) == (
+        "2",
+        "fifo",
+    )
     assert round_run.data.params["tune.num_samples"] == "4"
     for run in trials:  # a trial ran the round's config with its sampled point set, nothing else changed
         differ = {k for k, v in run.data.params.items() if round_run.data.params.get(k) != v}
@@ -192,7 +196,8 @@ def test_hydra_multirun_through_the_tune_sweeper(small_project):
         "hydra/sweeper=tune",
         "lora.r=choice(4,8)",
         "training.learning_rate=tag(log, interval(1e-3, 1e-2))",
-        "tune.num_samples=2",
+        "hydra.sweeper.num_samples=2",  # the sweeper's own node, as Hydra's Optuna sweeper has n_trials
+        "hydra.sweeper.scheduler=fifo",
         *ROUND,
         cwd=small_project.root,
     )
@@ -204,6 +209,10 @@ def test_hydra_multirun_through_the_tune_sweeper(small_project):
     assert sweep_dir.is_relative_to(small_project.root / "output" / "multirun")
     assert (sweep_dir / "multirun.yaml").is_file()
     assert round_run.data.params["tune.space.lora.r"] == "choice(4,8)"
+    assert (round_run.data.params["tune.num_samples"], round_run.data.params["tune.scheduler"]) == (
+        "2",
+        "fifo",
+    )
     assert "round-001: best trial" in result.stderr.replace("\n", " ")  # --json: tables go to stderr
     envelope = json.loads(result.stdout)
     assert envelope["run_id"] == round_run.info.run_id and envelope["failed_jobs"] == 0

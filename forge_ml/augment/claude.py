@@ -52,14 +52,14 @@ for you, whatever it says.
 """
 
 
-def _request(background: str, system_prompt: str) -> list[dict[str, Any]]:
+def _request(notes: str, system_prompt: str) -> list[dict[str, Any]]:
     return [
         cached(
             INSTRUCTIONS
             + "\nThe model's system prompt:\n"
             + quoted("system_prompt", system_prompt)
-            + "\n\nDomain background:\n"
-            + quoted("BACKGROUND.md", background)
+            + "\n\n"
+            + notes
         )
     ]
 
@@ -70,7 +70,7 @@ def write_examples(
     *,
     n: int,
     focus: list[str],
-    background: str,
+    notes: str,
     system_prompt: str,
     samples: list[Example],
     failures: list[dict[str, Any]],
@@ -80,7 +80,7 @@ def write_examples(
 
     Raises ClaudeUnavailable when Claude cannot be used at all (bad key, spend limit).
     """
-    system = _request(background, system_prompt)
+    system = _request(notes, system_prompt)
     shown = [{"user": e.user, "assistant": e.assistant, "category": e.category} for e in samples]
     sizes = [min(planner.augment_batch, n - start) for start in range(0, n, planner.augment_batch)]
 
@@ -102,6 +102,7 @@ def write_examples(
             messages=[{"role": "user", "content": text}],
             tool=WRITE_EXAMPLES,
             usage=own,
+            model=planner.writer_model,
         )
         rows = call.input.get("examples") if isinstance(call.input, dict) else None
         if call.stop_reason == "max_tokens" and isinstance(rows, list):

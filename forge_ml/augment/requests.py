@@ -68,9 +68,10 @@ class Written:
     batch_id: str | None = None
 
 
-def system_blocks(background: str, system_prompt: str) -> list[dict[str, Any]]:
-    """The cached system prompt of `write_examples`: instructions, the model's system prompt, BACKGROUND.md."""
-    return _request(background, system_prompt)
+def system_blocks(notes: str, system_prompt: str) -> list[dict[str, Any]]:
+    """The cached system prompt of `write_examples`: instructions, the model's system prompt, the
+    project's notes (`project_notes`: mission.md and BACKGROUND.md)."""
+    return _request(notes, system_prompt)
 
 
 def spread(examples: list[Example], k: int = SAMPLES_SHOWN) -> list[Example]:
@@ -156,6 +157,7 @@ def send_concurrent(
             messages=_messages(requests[index]),
             tool=WRITE_EXAMPLES,
             usage=usages[index],
+            model=planner.writer_model,
         )
 
     written, fatal = Written(), None
@@ -189,7 +191,11 @@ def send_batch(
 ) -> Written:
     """Send every request in one Message Batch, wait for it (at most `max_wait_s`), parse the results."""
     batch_id = submit_tool_batch(
-        client, planner, {r.custom_id: (system, _messages(r)) for r in requests}, tool=WRITE_EXAMPLES
+        client,
+        planner,
+        {r.custom_id: (system, _messages(r)) for r in requests},
+        tool=WRITE_EXAMPLES,
+        model=planner.writer_model,
     )
     if on_submit is not None:
         on_submit(batch_id)

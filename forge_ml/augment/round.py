@@ -22,7 +22,7 @@ from forge_ml.data.examples import dataset_hash, read_examples
 from forge_ml.data.project_data import read_gold, read_system_prompt
 from forge_ml.evaluation.scorers import make_scorer
 from forge_ml.fileio import atomic_write_text
-from forge_ml.llm import Usage
+from forge_ml.llm import Usage, project_notes
 from forge_ml.planner.plan import ExperimentPlan
 from forge_ml.project import Project
 
@@ -95,7 +95,7 @@ def augment_data(
             cfg.planner,
             n=plan.augment_n,
             focus=plan.augment_focus,
-            background=_read(project.root / "BACKGROUND.md"),
+            notes=project_notes(project.root),
             system_prompt=read_system_prompt(project, cfg.task),
             samples=existing[:: max(1, len(existing) // 8)][:8],
             failures=failures,
@@ -151,10 +151,6 @@ def allocate(n: int, focus: list[str], failures: list[dict[str, Any]]) -> list[t
     for name in by_remainder[: n - sum(sizes.values())]:
         sizes[name] += 1
     return [([name], size) for name, size in sizes.items() if size > 0]
-
-
-def _read(path: Path) -> str:
-    return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
 
 
 def append_examples(path: Path, examples: list) -> None:

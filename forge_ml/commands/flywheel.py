@@ -5,17 +5,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from forge_ml.commands import Command, Context, overrides_argument
-from forge_ml.console import console, results
+from forge_ml.console import console, mirrored_to, results
 from forge_ml.errors import EXIT_GATE, EXIT_OK, ConfigError
+
+FLYWHEEL_LOG = "flywheel.log"  # under output/: what the run printed and logged, with times
 
 if TYPE_CHECKING:
     from forge_ml.journal import RoundRecord
 
 
 def _args(p) -> None:
-    p.add_argument(
+    count = p.add_mutually_exclusive_group()
+    count.add_argument(
         "--rounds", type=int, help="rounds in all, earlier runs included (default: flywheel.max_rounds)"
     )
+    count.add_argument("--iters", type=int, help="this many more rounds, from where the project stands")
     p.add_argument("--skip-train", action="store_true", help="plan and add data only: no trials, no gate")
     p.add_argument(
         "--rebaseline", action="store_true", help="re-measure the champion on a changed gold set first"
@@ -65,32 +69,36 @@ def run_flywheel(ctx: Context) -> int:
     from forge_ml.flywheel import Flywheel
 
     args = ctx.args
-    if args.rounds is not None and args.rounds < 1:
-        raise ConfigError(f"--rounds {args.rounds}: must be at least 1")
+    for flag, value in (("--rounds", args.rounds), ("--iters", args.iters)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} {value}: must be at least 1")
     project = ctx.project()
     ctx.compose()  # validates, and gives the envelope its config hash
-    wheel = Flywheel(project, ctx.overrides, max_rounds=args.rounds, skip_train=args.skip_train)
-    outcome = wheel.run(rebaseline=args.rebaseline)
-    ctx.run_id = outcome.records[-1].round_run_id if outcome.records else None
-    ctx.report(
-        rounds_done=outcome.rounds_done,
-        stop_reason=outcome.stop_reason,
-        champion_accuracy=outcome.champion_accuracy,
-        target_reached=outcome.target_reached,
-        rounds=[
-            {
-                k: getattr(r, k)
-                for k in ("round", "gold_accuracy", "promoted", "version", "round_run_id", "planner")
-            }
-            for r in outcome.records
-        ],
+    wheel = Flywheel(
+        project, ctx.overrides, max_rounds=args.rounds, more_rounds=args.iters, skip_train=args.skip_train
     )
-    print_rounds(outcome.records)
-    champion = "none" if outcome.champion_accuracy is None else f"{outcome.champion_accuracy:.3f}"
-    results.print(f"stopped: {outcome.stop_reason}; champion gold accuracy {champion}", highlight=False)
-    console.print(
-        f"see every round and trial: forge-ml -p {project.root} ui   (MLflow UI on http://127.0.0.1:5000)"
-    )
+    with mirrored_to(project.output / FLYWHEEL_LOG):
+        outcome = wheel.run(rebaseline=args.rebaseline)
+        ctx.run_id = outcome.records[-1].round_run_id if outcome.records else None
+        ctx.report(
+            rounds_done=outcome.rounds_done,
+            stop_reason=outcome.stop_reason,
+            champion_accuracy=outcome.champion_accuracy,
+            target_reached=outcome.target_reached,
+            rounds=[
+                {
+                    k: getattr(r, k)
+                    for k in ("round", "gold_accuracy", "promoted", "version", "round_run_id", "planner")
+                }
+                for r in outcome.records
+            ],
+        )
+        print_rounds(outcome.records)
+        champion = "none" if outcome.champion_accuracy is None else f"{outcome.champion_accuracy:.3f}"
+        results.print(f"stopped: {outcome.stop_reason}; champion gold accuracy {champion}", highlight=False)
+        console.print(
+            f"see every round and trial: forge-ml -p {project.root} ui   (MLflow UI on http://127.0.0.1:5000)"
+        )
     if args.require_target and not outcome.target_reached:
         return EXIT_GATE
     return EXIT_OK

@@ -15,13 +15,20 @@ from forge_ml.project import init_project, packaged_examples
 def _init_args(p) -> None:
     p.add_argument("name", help="directory to create (its name becomes the project name)")
     p.add_argument("--example", help=f"copy a ready example ({', '.join(packaged_examples()) or 'none'})")
+    p.add_argument("--dir", help="the parent directory to create it in (default: -p, else the current one)")
+    p.add_argument(
+        "--no-git", action="store_true", help="do not make it a git repository (rounds then make no commits)"
+    )
 
 
 def run_init(ctx: Context) -> int:
-    parent = Path(ctx.args.project) if ctx.args.project else Path.cwd()
+    from forge_ml.journal import git_init
+
+    parent = Path(ctx.args.dir or ctx.args.project or Path.cwd())
     project = init_project(parent / ctx.args.name, example=ctx.args.example)
-    ctx.report(project=str(project.root))
-    console.print(f"[green]created[/] {project.root}")
+    git = "not a git repository (--no-git)" if ctx.args.no_git else git_init(project.root)
+    ctx.report(project=str(project.root), git=git)
+    console.print(f"[green]created[/] {project.root}: {git}", highlight=False, soft_wrap=True)
     console.print(f"next: cd {project.root} && forge-ml flywheel")
     return EXIT_OK
 
@@ -61,7 +68,7 @@ def run_ui(ctx: Context) -> int:
 
 
 COMMANDS = [
-    Command("init", "create a project directory", _init_args, run_init, ("project",)),
+    Command("init", "create a project directory", _init_args, run_init, ("project", "git")),
     Command(
         "status",
         "datasets, champion, rounds and latest scores",

@@ -68,8 +68,13 @@ class PlannerConfig:
     backend: str = field(
         default="auto", metadata={"help": "auto (Claude when ANTHROPIC_API_KEY is set) | claude | offline"}
     )
-    model: str = field(
-        default="claude-sonnet-4-5", metadata={"help": "Claude model that plans and writes data"}
+    model: str = field(default="claude-sonnet-4-5", metadata={"help": "Claude model that plans the rounds"})
+    data_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "Claude model that writes and reviews examples (write_examples, review_examples):"
+            " a cheaper one may do; null = planner.model"
+        },
     )
     max_tokens: int = 4096
     timeout_s: float = field(default=120.0, metadata={"help": "per request"})
@@ -97,8 +102,17 @@ class PlannerConfig:
         default_factory=_bounds, metadata={"help": "every key a plan may search or patch, with its range"}
     )
 
+    @property
+    def writer_model(self) -> str:
+        """The model that writes and reviews data."""
+        return self.data_model or self.model
+
     def check(self, p: Problems) -> None:
         p.one_of("backend", self.backend, BACKENDS)
+        for name in ("model", "data_model"):
+            value = getattr(self, name)
+            if value is not None and not str(value).strip():
+                p.add(name, "empty: name a Claude model (or leave data_model null)")
         p.range("max_tokens", self.max_tokens, 256, 128_000)
         p.range("timeout_s", self.timeout_s, 0.0, 3600.0, low_open=True)
         p.range("max_retries", self.max_retries, 0, 20)

@@ -10,7 +10,11 @@ from forge_ml.config.checks import Problems
 @dataclass
 class GateConfig:
     min_delta: float = field(
-        default=0.0, metadata={"help": "candidate gold accuracy must be >= champion's + min_delta"}
+        default=0.0,
+        metadata={
+            "help": "gold accuracy a challenger must gain over the champion: 0 = strictly better (a tie"
+            " is refused), > 0 = at least this much better, < 0 = a loss of up to this much accepted"
+        },
     )
     significance: float | None = field(
         default=None,

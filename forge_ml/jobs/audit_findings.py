@@ -15,7 +15,15 @@ from typing import Any
 from forge_ml.config import ForgeConfig
 from forge_ml.data.examples import Example
 from forge_ml.data.project_data import read_system_prompt
-from forge_ml.llm import ClaudeRequestFailed, ClaudeUnavailable, Usage, cached, call_tool, quoted
+from forge_ml.llm import (
+    ClaudeRequestFailed,
+    ClaudeUnavailable,
+    Usage,
+    cached,
+    call_tool,
+    project_notes,
+    quoted,
+)
 from forge_ml.project import Project
 
 log = logging.getLogger(__name__)
@@ -107,16 +115,14 @@ class Finding:
 
 
 def _system(project: Project, cfg: ForgeConfig) -> list[dict[str, Any]]:
-    background = project.root / "BACKGROUND.md"
-    text = background.read_text(encoding="utf-8", errors="replace") if background.is_file() else ""
     scorer = cfg.eval.scorer + (f" (field {cfg.eval.json_field!r})" if cfg.eval.scorer == "json_cmd" else "")
     return [
         cached(
             INSTRUCTIONS
             + f"\nAnswers are scored with the {scorer} scorer.\n\nThe model's system prompt:\n"
             + quoted("system_prompt", read_system_prompt(project, cfg.task))
-            + "\n\nDomain background:\n"
-            + quoted("BACKGROUND.md", text)
+            + "\n\n"
+            + project_notes(project.root)
         )
     ]
 
@@ -172,6 +178,7 @@ def claude_findings(
             messages=[{"role": "user", "content": text}],
             tool=REVIEW_EXAMPLES,
             usage=own,
+            model=cfg.planner.writer_model,
         )
         return _read_reviews(call.input, {row["index"] for row in rows}), own
 

@@ -50,6 +50,7 @@ from forge_ml.llm import (
     batch_cost_usd,
     claude_enabled,
     make_client,
+    project_notes,
 )
 from forge_ml.planner.history import FAILURES_FILE, read_failures
 from forge_ml.project import Project, ProjectLock
@@ -247,9 +248,7 @@ def _brief(cfg: ForgeConfig, job: DataJob, inputs: _Inputs) -> Brief:
 
 
 def _system(cfg: ForgeConfig, project: Project) -> list[dict[str, Any]]:
-    background = project.root / "BACKGROUND.md"
-    text = background.read_text(encoding="utf-8", errors="replace") if background.is_file() else ""
-    return system_blocks(text, read_system_prompt(project, cfg.task))
+    return system_blocks(project_notes(project.root), read_system_prompt(project, cfg.task))
 
 
 def estimate(cfg: ForgeConfig, project: Project, job: DataJob, inputs: _Inputs) -> DataSummary:
@@ -298,7 +297,7 @@ def _claude_rows(
                 on_submit=submitted,
             )
         else:
-            console.print(f"write_examples: {len(requests)} request(s) to {cfg.planner.model}")
+            console.print(f"write_examples: {len(requests)} request(s) to {cfg.planner.writer_model}")
             written = send_concurrent(client, cfg.planner, system, requests, summary.usage)
     except ClaudeUnavailable as exc:
         raise ConfigError(

@@ -11,7 +11,7 @@ from typing import Any
 
 from forge_ml.config import ForgeConfig
 from forge_ml.config.overrides import config_value
-from forge_ml.llm import ToolCall, Usage, cached, call_tool, quoted
+from forge_ml.llm import ToolCall, Usage, cached, call_tool, project_notes, quoted
 from forge_ml.planner.history import History
 from forge_ml.planner.plan import ExperimentPlan, PlanError, plan_schema, validate_plan
 from forge_ml.project import Project
@@ -73,8 +73,7 @@ def build_request(
         INSTRUCTIONS
         + f"\nBounds (the only keys a plan may touch):\n{json.dumps(bounds, indent=1)}\n"
         + f"num_samples: {planner.min_samples}..{planner.max_samples}; augment_n: 0..{planner.max_augment}\n\n"
-        + "Domain background (BACKGROUND.md):\n"
-        + quoted("BACKGROUND.md", _read(project, "BACKGROUND.md"))
+        + project_notes(project.root)
     )
     trials = [
         {"round": t.round, "trial": t.trial_id, "status": t.status, **t.params, **t.metrics}

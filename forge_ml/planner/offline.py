@@ -146,4 +146,25 @@ def offline_plan(
         fixed_overrides=fixed,
         augment_focus=focus,
         augment_n=cfg.planner.augment_n,
+        next_hypotheses=_queue(cfg, radius, focus),
     )
+
+
+def _queue(cfg: ForgeConfig, radius: float, focus: list[str]) -> list[str]:
+    """The offline planner's own notes on what comes next: the rule it will follow either way."""
+    wider = min(radius * 1.5, MAX_RADIUS)  # the rule of trust_radius, stated ahead
+    narrower = radius * 0.5
+    notes = [
+        f"If this round improves {cfg.tune.metric}: centre the next region on its best trial, radius {wider:.2f}.",
+        f"If it stalls: shrink the region to radius {narrower:.2f} around the best trial so far"
+        + (
+            f"; below {MIN_RADIUS:g} the region starts again wide ({cfg.planner.trust_radius:.2f})."
+            if narrower < MIN_RADIUS
+            else "."
+        ),
+    ]
+    if focus:
+        notes.append(
+            f"Keep adding examples where gold fails most ({', '.join(focus[:FOCUS_SHOWN])}) until they catch up."
+        )
+    return notes

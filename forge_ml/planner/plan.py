@@ -19,6 +19,8 @@ from forge_ml.search import Bound, check_bounds, check_space, parse_space
 
 MAX_TEXT = 4000
 MAX_FOCUS = 20
+MAX_NEXT = 5  # hypotheses a plan may queue for later rounds
+MAX_NEXT_TEXT = 400
 
 
 @dataclass
@@ -31,6 +33,7 @@ class ExperimentPlan:
     background_additions: str = ""
     augment_focus: list[str] = field(default_factory=list)
     augment_n: int = 0
+    next_hypotheses: list[str] = field(default_factory=list)  # the queue PLAN.md shows, for later rounds
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,6 +61,8 @@ PLAN_FIELDS = {
     "background_additions": "a short note appended to BACKGROUND.md (facts learned), or empty",
     "augment_focus": "categories the new training examples should cover",
     "augment_n": "how many new training examples to write this round (0 for none)",
+    "next_hypotheses": f"up to {MAX_NEXT} hypotheses worth testing in later rounds, most promising first, "
+    "each one sentence (PLAN.md keeps them as the queue; revise it from what this round and PLAN.md show)",
 }
 
 
@@ -73,6 +78,7 @@ def plan_schema(planner: PlannerConfig) -> dict[str, Any]:
         "background_additions": {"type": "string"},
         "augment_focus": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_FOCUS},
         "augment_n": {"type": "integer", "minimum": 0, "maximum": planner.max_augment},
+        "next_hypotheses": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_NEXT},
     }
     for name, text in PLAN_FIELDS.items():
         props[name]["description"] = text
@@ -205,6 +211,15 @@ def validate_plan(raw: Any, cfg: ForgeConfig) -> ExperimentPlan:
         if unsafe:
             problems.append(f"augment_focus: {unsafe[0]!r} is not a category name (a plain word, no path)")
 
+    queued = raw.get("next_hypotheses") or []
+    if not isinstance(queued, list) or not all(isinstance(h, str) and h.strip() for h in queued):
+        problems.append("next_hypotheses: must be a list of sentences")
+        queued = []
+    elif len(queued) > MAX_NEXT:
+        problems.append(f"next_hypotheses: {len(queued)} hypotheses, at most {MAX_NEXT}")
+    elif any(len(h) > MAX_NEXT_TEXT for h in queued):
+        problems.append(f"next_hypotheses: each at most {MAX_NEXT_TEXT} characters")
+
     if not problems:  # the whole config must stay valid with the plan applied at every edge
         problems.extend(_config_problems(cfg, space, checked))
     if problems:
@@ -218,6 +233,7 @@ def validate_plan(raw: Any, cfg: ForgeConfig) -> ExperimentPlan:
         background_additions=background,
         augment_focus=[f.strip() for f in focus],
         augment_n=augment_n,
+        next_hypotheses=[h.strip() for h in queued],
     )
 
 

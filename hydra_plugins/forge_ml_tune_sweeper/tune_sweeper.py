@@ -1,12 +1,15 @@
 """The `tune` sweeper: Hydra's Sweeper interface over forge_ml.tuning.engine.run_round.
 
 No `from __future__ import annotations` here: Hydra imports plugin modules outside
-sys.modules, where dataclasses cannot resolve string annotations.
+sys.modules, where dataclasses cannot resolve string annotations. `Optional[...]`, not `X | None`:
+OmegaConf reads the structured config's annotations and knows `Optional`.
 """
+# ruff: noqa: UP045
 
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn, JobStatus
@@ -19,16 +22,27 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TuneSweeperConf:
+    """`hydra.sweeper.*`: the round's size and strategy (as Hydra's Optuna sweeper has `n_trials`);
+    null keeps the project's `tune.*` value."""
+
     _target_: str = "hydra_plugins.forge_ml_tune_sweeper.tune_sweeper.TuneSweeper"
     params: dict[str, str] = field(default_factory=dict)  # extra search space, as in the config file
+    num_samples: Optional[int] = None  # trials in the round (tune.num_samples)
+    max_concurrent_trials: Optional[int] = None  # trials at once (tune.max_concurrent_trials)
+    searcher: Optional[str] = None  # optuna | random (tune.searcher)
+    scheduler: Optional[str] = None  # asha | fifo (tune.scheduler)
+
+
+SETTINGS = ("num_samples", "max_concurrent_trials", "searcher", "scheduler")  # each a key of `tune`
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="tune", node=TuneSweeperConf, provider="forge-ml")
 
 
 class TuneSweeper(Sweeper):
-    def __init__(self, params: dict[str, str] | None = None) -> None:
+    def __init__(self, params: Optional[dict[str, str]] = None, **settings: Any) -> None:
         self.params = dict(params or {})
+        self.settings = {k: v for k, v in settings.items() if k in SETTINGS and v is not None}
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
 
@@ -49,6 +63,8 @@ class TuneSweeper(Sweeper):
         )
         with open_dict(job_cfg):
             hydra_cfg = job_cfg.pop("hydra")
+            for key, value in self.settings.items():  # validated with the rest of tune.* below
+                job_cfg.tune[key] = value
         cfg = with_space(validate_config(job_cfg), {**self.params, **space})
         sweep_dir = str(hydra_cfg.sweep.dir)
         Path(sweep_dir).mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,107 @@
+"""Loop control through the CLI: `init` makes a git repository, `flywheel --iters N` runs N more
+rounds, each round is a commit, the flywheel keeps a log file, the heartbeat tells the time in ISO 8601."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from conftest import FAST, run_cli, shrink_jsonl
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+}
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout
+
+
+def envelope(result) -> dict:
+    return json.loads(result.stdout)
+
+
+def test_init_makes_a_git_repository_unless_told_not_to(tmp_path):
+    made = envelope(
+        run_cli("--json", "init", "proj", "--example", "drone-router", "--dir", str(tmp_path), env=GIT_ENV)
+    )
+    root = tmp_path / "proj"
+    assert made["success"] and made["project"] == str(root) and made["git"].startswith("a git repository")
+    assert git(root, "log", "--format=%s").splitlines() == ["forge-ml init"]
+    assert git(root, "status", "--porcelain") == ""  # everything of the example committed
+    ignored = (root / ".gitignore").read_text().split()
+    assert {"output/", "mlflow.db", "mlartifacts/", ".env"} <= set(ignored)
+
+    plain = envelope(run_cli("--json", "init", "plain", "--dir", str(tmp_path), "--no-git", env=GIT_ENV))
+    assert plain["git"] == "not a git repository (--no-git)" and not (tmp_path / "plain" / ".git").exists()
+
+    nested = envelope(run_cli("--json", "init", "nested", "--dir", str(root), env=GIT_ENV))
+    assert nested["git"] == f"inside the git repository {root}: rounds commit there"
+    assert not (root / "nested" / ".git").exists()
+
+    no_identity = {
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "HOME": str(tmp_path / "home"),
+    }
+    anonymous = envelope(run_cli("--json", "init", "anon", "--dir", str(tmp_path), env=no_identity))
+    assert anonymous["success"] and anonymous["git"].startswith("a git repository without a first commit")
+
+
+@pytest.mark.slow
+def test_iters_runs_that_many_more_rounds_each_a_commit_logged_with_times(tmp_path):
+    assert (
+        run_cli("init", "loop", "--example", "drone-router", "--dir", str(tmp_path), env=GIT_ENV).returncode
+        == 0
+    )
+    root = tmp_path / "loop"
+    shrink_jsonl(root / "dataset" / "canonical.jsonl", 120)
+    shrink_jsonl(root / "dataset" / "gold.jsonl", 20)
+    args = ["-p", str(root), "flywheel", "--skip-train", "planner=offline", "planner.augment_n=5", *FAST]
+
+    first = run_cli(*args, "--rounds", "3", env=GIT_ENV)
+    assert first.returncode == 0, first.stderr[-3000:]
+    more = run_cli("--json", *args, "--iters", "2", env=GIT_ENV)
+    assert more.returncode == 0, more.stderr[-3000:]
+    data = envelope(more)
+    assert [r["round"] for r in data["rounds"]] == [1, 2, 3, 4, 5] and data["rounds_done"] == 5
+    assert "5 of 5 rounds done" in data["stop_reason"]
+    commits = git(root, "log", "--format=%s").splitlines()
+    assert [c.split(":")[0] for c in commits[:5]] == [f"forge iter {n}" for n in (5, 4, 3, 2, 1)]
+
+    heartbeat = json.loads((root / "output" / "flywheel_heartbeat.json").read_text())
+    when = datetime.fromisoformat(heartbeat["time"])
+    assert when.tzinfo == timezone.utc and abs(when.timestamp() - heartbeat["timestamp"]) < 1
+
+    plan_md = (
+        root / "PLAN.md"
+    ).read_text()  # the living plan: five rounds tried, the offline planner's queue
+    assert [line.split("|")[1].strip() for line in plan_md.splitlines() if re.match(r"\| \d+ \|", line)] == [
+        "5",
+        "4",
+        "3",
+        "2",
+        "1",
+    ]
+    assert "## Next: the queue after round 5" in plan_md and "1. If this round improves dev/loss" in plan_md
+
+    log = (root / "output" / "flywheel.log").read_text()
+    assert log.count("5 of 5 rounds done") == 1 and log.count("3 of 3 rounds done") == 1
+    assert "flywheel rounds" in log  # the rounds table, as printed
+    assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", log, re.MULTILINE)  # lines carry the time
+
+    for bad in ("0", "-2"):
+        refused = run_cli("--json", *args, "--iters", bad, env=GIT_ENV)
+        assert (
+            refused.returncode == 1
+            and f"--iters {bad}: must be at least 1" in envelope(refused)["error"]["message"]
+        )
+    both = run_cli(*args, "--iters", "1", "--rounds", "9", env=GIT_ENV)
+    assert both.returncode == 1 and "not allowed with argument" in both.stderr
