@@ -93,7 +93,7 @@ def _umask() -> int:
 def test_rewrites_keep_a_files_mode_and_new_files_get_the_umasks(tmp_path, proof):
     from conftest import run_cli
 
-    made = run_cli("-p", str(tmp_path), "init", "proj", "--example", "drone-router")
+    made = run_cli("-p", str(tmp_path), "init", "proj", "--example", "drone-router", "--no-git")
     assert made.returncode == 0, made.stderr
     root = tmp_path / "proj"
     expected = 0o666 & ~_umask()

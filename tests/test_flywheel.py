@@ -189,7 +189,11 @@ def test_claude_flywheel_rounds_gate_record_and_resume(project, monkeypatch, pro
         "dataset/canonical.jsonl",
     }
     status = subprocess.run(["git", "-C", str(root), "status", "--porcelain"], capture_output=True, text=True)
-    assert "A  notes.txt" in status.stdout.splitlines() and "?? .env" in status.stdout.splitlines()
+    assert "A  notes.txt" in status.stdout.splitlines()  # staged by the user: still staged, not committed
+    committed = subprocess.run(
+        ["git", "-C", str(root), "ls-tree", "-r", "--name-only", "HEAD"], capture_output=True, text=True
+    ).stdout.split()
+    assert ".env" not in committed and "notes.txt" not in committed
 
     # forge.yaml, BACKGROUND.md and the loop's files were replaced whole, never edited in place
     assert watch.in_place == [] and {"forge.yaml", "BACKGROUND.md", "dataset/canonical.jsonl"} <= set(
