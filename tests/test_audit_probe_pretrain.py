@@ -425,16 +425,39 @@ def test_probe_with_the_claude_judge(pretrained):
     assert SECRET not in json.dumps([run.data.params, run.data.tags, data])
 
 
+def register_zero_adapter(project, cfg, base, name: str):
+    """A zero-initialised LoRA adapter on `base`, registered as a version of the project's model
+    from a fresh finished run; return the version."""
+    from peft import LoraConfig, get_peft_model
+
+    from forge_ml.gate import GoldOutcome
+    from forge_ml.models.loader import load_base_model, load_tokenizer
+    from forge_ml.registry import Registry
+
+    adapter = project.root / "output" / name
+    model = get_peft_model(load_base_model(base, cfg), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    model.save_pretrained(adapter)
+    load_tokenizer(base, cfg.model, project).save_pretrained(adapter)
+    client, exp = client_of(project.root)
+    run_id = client.create_run(exp).info.run_id
+    client.set_terminated(run_id)
+    return Registry.for_project(cfg, project).register(
+        run_id,
+        adapter_dir=adapter,
+        base=base,
+        system_prompt="Answer the question.",
+        system_role=True,
+        max_new_tokens=24,
+        outcome=GoldOutcome(0.0, {}, "0", 0, "gold", 1),
+    )
+
+
 def test_probe_a_registered_version(pretrained):
     """A zero-initialised LoRA adapter on the tiny base, registered: it answers as the base does."""
     from hydra.core.global_hydra import GlobalHydra
-    from peft import LoraConfig, get_peft_model
 
     from forge_ml.compose import compose_config
-    from forge_ml.gate import GoldOutcome
     from forge_ml.jobs.pretrain import configured_base
-    from forge_ml.models.loader import load_base_model, load_tokenizer
-    from forge_ml.registry import Registry
 
     project, _, _ = pretrained
     root = project.root
@@ -442,25 +465,9 @@ def test_probe_a_registered_version(pretrained):
     cfg = compose_config(project, OFFLINE)
     GlobalHydra.instance().clear()
     base = configured_base(cfg, project)
-    adapter = root / "output" / "zero-adapter"
-    model = get_peft_model(load_base_model(base, cfg), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
-    model.save_pretrained(adapter)
-    load_tokenizer(base, cfg.model, project).save_pretrained(adapter)
-    client, exp = client_of(root)
-    run_id = client.create_run(exp).info.run_id
-    client.set_terminated(run_id)
-    registry = Registry.for_project(cfg, project)
-    outcome = GoldOutcome(0.0, {}, "0", 0, "gold", 1)
-    version = registry.register(
-        run_id,
-        adapter_dir=adapter,
-        base=base,
-        system_prompt="Answer the question.",
-        system_role=True,
-        max_new_tokens=24,
-        outcome=outcome,
-    )
-    client.set_registered_model_alias(registry.name, "champion", version.version)
+    version = register_zero_adapter(project, cfg, base, "zero-adapter")
+    client, _ = client_of(root)
+    client.set_registered_model_alias(version.name, "champion", version.version)
 
     result, base_probe = cli(root, "probe", "--tag", "pre", *OFFLINE)
     result, data = cli(root, "probe", "--tag", "post", "--model", "models:/small@champion", *OFFLINE)
@@ -475,12 +482,9 @@ def test_probe_a_registered_version(pretrained):
 def test_a_pretrained_base_that_versions_name_is_kept_and_the_next_pretrain_goes_beside_it(pretrained):
     """A version trained on output/pretrain_merged: a second pretrain leaves that directory as it was."""
     from hydra.core.global_hydra import GlobalHydra
-    from peft import LoraConfig, get_peft_model
 
     from forge_ml.compose import compose_config
-    from forge_ml.gate import GoldOutcome
-    from forge_ml.models.loader import load_base_model, load_tokenizer, resolve_base
-    from forge_ml.registry import Registry
+    from forge_ml.models.loader import resolve_base
 
     project, _, first = pretrained
     root = project.root
@@ -489,22 +493,7 @@ def test_a_pretrained_base_that_versions_name_is_kept_and_the_next_pretrain_goes
     cfg = compose_config(project, [*OFFLINE, "model.name_or_path=output/pretrain_merged"])
     GlobalHydra.instance().clear()
     base = resolve_base(cfg, project, [])
-    adapter = root / "output" / "adapter-on-merged"
-    model = get_peft_model(load_base_model(base, cfg), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
-    model.save_pretrained(adapter)
-    load_tokenizer(base, cfg.model, project).save_pretrained(adapter)
-    client, exp = client_of(root)
-    run_id = client.create_run(exp).info.run_id
-    client.set_terminated(run_id)
-    version = Registry.for_project(cfg, project).register(
-        run_id,
-        adapter_dir=adapter,
-        base=base,
-        system_prompt="Answer the question.",
-        system_role=True,
-        max_new_tokens=24,
-        outcome=GoldOutcome(0.0, {}, "0", 0, "gold", 1),
-    )
+    version = register_zero_adapter(project, cfg, base, "adapter-on-merged")
     assert version.tags["forge.base.note"].startswith(f"pretrained by forge-ml (run {first['run_id']}")
     before = {p.name: p.read_bytes() for p in merged.iterdir()}
 
