@@ -273,18 +273,13 @@ def git_commit(project: Project, message: str, paths: list[Path]) -> bool:
     project, or changes someone staged elsewhere in an enclosing repository, are left alone.
     """
 
-    def git(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            ["git", "-C", str(project.root), *args], capture_output=True, text=True, timeout=60, check=False
-        )
-
     present = [str(p.resolve()) for p in paths if p.exists()]
     try:
-        inside = git("rev-parse", "--is-inside-work-tree")
+        inside = _git(project.root, "rev-parse", "--is-inside-work-tree")
         if inside.returncode != 0 or inside.stdout.strip() != "true" or not present:
             return False
-        git("add", "--", *present)
-        done = git("commit", "-q", "--only", "-m", message, "--", *present)
+        _git(project.root, "add", "--", *present)
+        done = _git(project.root, "commit", "-q", "--only", "-m", message, "--", *present)
     except (OSError, subprocess.TimeoutExpired) as exc:
         log.warning("git commit skipped: %s", exc)
         return False
@@ -301,20 +296,15 @@ def git_init(root: Path) -> str:
     `git`, or no committer identity, leaves a repository without a first commit, and says so.
     """
 
-    def git(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60, check=False
-        )
-
     try:
-        inside = git("rev-parse", "--show-toplevel")
+        inside = _git(root, "rev-parse", "--show-toplevel")
         if inside.returncode == 0:
             return f"inside the git repository {inside.stdout.strip()}: rounds commit there"
-        made = git("init", "-q")
+        made = _git(root, "init", "-q")
         if made.returncode != 0:
             return f"not a git repository: git init failed ({(made.stderr or made.stdout).strip()[:200]})"
-        git("add", "-A")
-        first = git("commit", "-q", "-m", "forge-ml init")
+        _git(root, "add", "-A")
+        first = _git(root, "commit", "-q", "-m", "forge-ml init")
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"not a git repository: {describe(exc)}"
     if first.returncode != 0:
@@ -323,3 +313,10 @@ def git_init(root: Path) -> str:
             f"rounds can commit): {(first.stderr or first.stdout).strip()[:200]}"
         )
     return "a git repository: each flywheel round commits forge.yaml, the dataset and the notes"
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    """Run `git -C root ARGS`, capturing its output (a non-zero exit is the caller's to read)."""
+    return subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60, check=False
+    )

@@ -87,6 +87,16 @@ class _Reply(Exception):
         self.status, self.body, self.headers = status, body, headers or {}
 
 
+def _add_commit(repo: Repo, summary: str, description: str, files: dict[str, bytes]) -> str:
+    """Record a commit of `files` on `repo` (its id hashes the parent, the summary and the files)."""
+    digest = hashlib.sha1(repo.sha.encode() + summary.encode())
+    for path, content in sorted(files.items()):
+        digest.update(path.encode() + b"\0" + content)
+    repo.files.update(files)
+    repo.commits.append(Commit(digest.hexdigest(), summary, description, files))
+    return repo.sha
+
+
 def _etag(content: bytes) -> str:
     return hashlib.sha256(content).hexdigest()
 
@@ -130,12 +140,7 @@ class HubStandIn:
     def seed_files(self, repo_id: str, files: dict[str, bytes], *, private: bool = False) -> str:
         """Create (or add to) a repo with `files` in one commit, without HTTP; return the commit."""
         repo = self.repos.get(repo_id) or self.seed_repo(repo_id, private=private)
-        digest = hashlib.sha1(repo.sha.encode() + b"seed")
-        for path, content in sorted(files.items()):
-            digest.update(path.encode() + b"\0" + content)
-        repo.files.update(files)
-        repo.commits.append(Commit(digest.hexdigest(), "seed", "", files))
-        return repo.sha
+        return _add_commit(repo, "seed", "", files)
 
     def count(self, path_part: str = "") -> int:
         return sum(path_part in r.path for r in self.requests)
@@ -216,12 +221,7 @@ class HubStandIn:
                 raise _Reply(400, {"error": "the stand-in stores regular (base64) files only"})
             if item["key"] == "file":
                 files[item["value"]["path"]] = base64.b64decode(item["value"]["content"])
-        digest = hashlib.sha1(found.sha.encode() + header["summary"].encode())
-        for path, content in sorted(files.items()):
-            digest.update(path.encode() + b"\0" + content)
-        oid = digest.hexdigest()
-        found.files.update(files)
-        found.commits.append(Commit(oid, header["summary"], header.get("description", ""), files))
+        oid = _add_commit(found, header["summary"], header.get("description", ""), files)
         return {"commitUrl": f"{self.base_url}/{repo}/commit/{oid}", "commitOid": oid, "pullRequestUrl": None}
 
     def _at(self, repo_id: str, rev: str) -> Repo:

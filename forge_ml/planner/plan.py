@@ -155,6 +155,18 @@ def _mapping(raw: dict, name: str, problems: list[str]) -> dict[str, Any]:
     return value
 
 
+def _strings(raw: dict, name: str, what: str, most: int, problems: list[str]) -> list[str]:
+    """The non-empty strings of list field `name`, stripped (none when it is not such a list)."""
+    value = raw.get(name) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        problems.append(f"{name}: must be a list of {what}")
+        return []
+    if len(value) > most:
+        problems.append(f"{name}: {len(value)} {what}, at most {most}")
+        return []
+    return [v.strip() for v in value]
+
+
 def validate_plan(raw: Any, cfg: ForgeConfig) -> ExperimentPlan:
     """Return the plan in `raw` checked against the schema and planner.bounds; raise PlanError."""
     planner = cfg.planner
@@ -200,24 +212,12 @@ def validate_plan(raw: Any, cfg: ForgeConfig) -> ExperimentPlan:
     if clash:
         problems.append(f"fixed_overrides: {', '.join(clash)} also searched in search_space")
 
-    focus = raw.get("augment_focus") or []
-    if not isinstance(focus, list) or not all(isinstance(f, str) and f.strip() for f in focus):
-        problems.append("augment_focus: must be a list of category names")
-        focus = []
-    elif len(focus) > MAX_FOCUS:
-        problems.append(f"augment_focus: {len(focus)} categories, at most {MAX_FOCUS}")
-    else:
-        unsafe = [f for f in focus if not safe_category(f.strip())]
-        if unsafe:
-            problems.append(f"augment_focus: {unsafe[0]!r} is not a category name (a plain word, no path)")
-
-    queued = raw.get("next_hypotheses") or []
-    if not isinstance(queued, list) or not all(isinstance(h, str) and h.strip() for h in queued):
-        problems.append("next_hypotheses: must be a list of sentences")
-        queued = []
-    elif len(queued) > MAX_NEXT:
-        problems.append(f"next_hypotheses: {len(queued)} hypotheses, at most {MAX_NEXT}")
-    elif any(len(h) > MAX_NEXT_TEXT for h in queued):
+    focus = _strings(raw, "augment_focus", "category names", MAX_FOCUS, problems)
+    unsafe = [f for f in focus if not safe_category(f)]
+    if unsafe:
+        problems.append(f"augment_focus: {unsafe[0]!r} is not a category name (a plain word, no path)")
+    queued = _strings(raw, "next_hypotheses", "hypotheses", MAX_NEXT, problems)
+    if any(len(h) > MAX_NEXT_TEXT for h in queued):
         problems.append(f"next_hypotheses: each at most {MAX_NEXT_TEXT} characters")
 
     if not problems:  # the whole config must stay valid with the plan applied at every edge
@@ -231,9 +231,9 @@ def validate_plan(raw: Any, cfg: ForgeConfig) -> ExperimentPlan:
         fixed_overrides=checked["fixed_overrides"],
         forge_yaml_patches=checked["forge_yaml_patches"],
         background_additions=background,
-        augment_focus=[f.strip() for f in focus],
+        augment_focus=focus,
         augment_n=augment_n,
-        next_hypotheses=[h.strip() for h in queued],
+        next_hypotheses=queued,
     )
 
 
