@@ -80,7 +80,7 @@ def check_qlora_and_release(bp, compose) -> list[Check]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from forge_ml.models.generation import generate_batched, render_prompt
-    from forge_ml.trainables.sft import release_accelerator_memory
+    from trainables.sft import release_accelerator_memory
 
     lora, lora_peak, lora_s = train_measured(compose([]))
     release_accelerator_memory()

@@ -1,7 +1,7 @@
 """Hydra composition for a project: validate up front, then run jobs through Hydra's launcher.
 
 The project's forge.yaml is the primary config; packaged groups come from
-`pkg://forge_ml.conf` (see hydra_plugins/forge_ml_searchpath). Every composition gets
+forge-ml's conf/ tree (forge_ml/packaged.py, added by hydra_plugins/forge_ml_searchpath). Every composition gets
 `project_dir` set to the absolute project path, so relative paths never depend on the
 working directory of a Hydra job.
 """

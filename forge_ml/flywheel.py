@@ -40,13 +40,14 @@ from forge_ml.flywheel_state import (
     load_state,
     save_state,
 )
+from forge_ml.gate import describe_gate
 from forge_ml.jobs.evaluate import evaluate_adapter
 from forge_ml.llm import make_client
 from forge_ml.models.loader import load_tokenizer
 from forge_ml.planner import RoundPlanner, read_history
 from forge_ml.planner.history import FAILURES_FILE, read_failures
 from forge_ml.project import Project, ProjectLock, patch_config
-from forge_ml.registry import GoldOutcome, Registry
+from forge_ml.registry import GoldOutcome, Registry, model_description
 from forge_ml.search import parse_space
 from forge_ml.tracking import TrackedRun, Tracker, config_params, tracking_unreachable
 from forge_ml.tuning.engine import run_round
@@ -311,7 +312,7 @@ class Flywheel:
         )
         outcome = GoldOutcome.from_report(report, data.hashes["gold"])
         metrics = report.metrics("gold")
-        run.log_metrics(metrics)
+        run.log_metrics(metrics, step=state.round)  # step = round: the UI's charts put rounds on the x axis
         if best.run_id:
             TrackedRun(self.tracker.client, best.run_id).log_metrics(metrics)
         results, failures = write_report(
@@ -320,6 +321,16 @@ class Flywheel:
         run.log_artifact(results, "round/gold")
         run.log_artifact(failures, "round/gold")
         failpoint("flywheel.gold_eval")
+        self.registry.describe(
+            model_description(
+                self.project.mission_summary(),
+                gold=cfg.task.gold_path,
+                gold_total=outcome.total,
+                gold_hash=outcome.gold_hash,
+                scorer=cfg.eval.scorer,
+                gate=describe_gate(cfg.registry.gate),
+            )
+        )
         version = self.registry.register(
             best.run_id,
             adapter_dir=adapter_dir,

@@ -115,6 +115,41 @@ def accuracy_rule(candidate: float, champion: float, min_delta: float) -> tuple[
     return ok, f"gold accuracy {a} {'>=' if ok else '<'} champion {c} + min_delta {_fig(min_delta)}{note}"
 
 
+def describe_gate(gate: GateConfig) -> str:
+    """The gate's rule in words, as the registered model's description states it."""
+    if abs(gate.min_delta) < EPS:
+        rule = "a challenger becomes the champion only when its gold accuracy is strictly higher (a tie is refused)"
+    elif gate.min_delta > 0:
+        rule = f"a challenger becomes the champion only when its gold accuracy is higher by at least {_fig(gate.min_delta)}"
+    else:
+        rule = f"a challenger becomes the champion when its gold accuracy is at most {_fig(-gate.min_delta)} lower"
+    parts = [rule, "it gives no forbidden output on gold"]
+    if gate.significance is not None:
+        parts.append(
+            f"an exact McNemar test on the gold examples only one of the two got right gives p < {gate.significance:g}"
+        )
+    if gate.max_category_drop is not None:
+        parts.append(f"no category's gold accuracy drops by more than {_fig(gate.max_category_drop)}")
+    return "; ".join(parts) + f" (`registry.gate`: min_delta {_fig(gate.min_delta)})"
+
+
+def version_summary(
+    round_: str | None,
+    candidate: GoldOutcome,
+    champion: GoldOutcome | None,
+    champion_number: str | None,
+    decision: GateDecision,
+) -> str:
+    """One line for a version's description: "round 3 — gold 0.70 vs champion v2 0.76 — refused: ..."."""
+    head = f"round {round_}" if round_ else "by hand"
+    if champion is None:
+        figures = f"gold {_fig(candidate.accuracy)}, no champion yet"
+    else:
+        figures = f"gold {_fig(candidate.accuracy)} vs champion v{champion_number} {_fig(champion.accuracy)}"
+    verdict = "promoted" if decision.promote else "refused"
+    return f"{head} — {figures} — {verdict}: {'; '.join(decision.reasons)}"
+
+
 def decide(candidate: GoldOutcome, champion: GoldOutcome | None, gate: GateConfig) -> GateDecision:
     """Return whether `candidate` may replace `champion` under `gate`, with the figures behind it."""
     refusals: list[str] = []

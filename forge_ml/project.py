@@ -9,12 +9,12 @@ import shutil
 import socket
 import time
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from forge_ml.errors import InputError, describe
 from forge_ml.fileio import pid_alive
+from forge_ml.packaged import conf_root, examples_root
 
 CONFIG_FILE = "forge.yaml"
 LOCK = "flywheel.lock"
@@ -43,6 +43,13 @@ class Project:
         path = self.output.joinpath(*parts)
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
+
+    def mission_summary(self) -> str:
+        """The task in a few lines: mission.md's first paragraph under its title (else the project's name)."""
+        path = self.root / "mission.md"
+        text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+        paragraphs = [p.strip() for p in text.split("\n\n") if p.strip() and not p.lstrip().startswith("#")]
+        return " ".join(paragraphs[0].split()) if paragraphs else f"forge-ml project {self.root.name}"
 
     @property
     def default_tracking_uri(self) -> str:
@@ -76,13 +83,6 @@ def find_project(start: str | Path | None = None, *, explicit: bool = False) -> 
     )
 
 
-def examples_root() -> Path | None:
-    """Return the folder of example projects: inside the wheel, or examples/ of a source checkout."""
-    installed = Path(str(resources.files("forge_ml") / "examples"))
-    checkout = Path(__file__).resolve().parents[1] / "examples"
-    return next((p for p in (installed, checkout) if p.is_dir()), None)
-
-
 def packaged_examples() -> dict[str, Path]:
     """Return the example projects shipped with forge-ml, by name."""
     root = examples_root()
@@ -103,7 +103,7 @@ _SCAFFOLD = {
 
 
 def _scaffold_config(name: str) -> str:
-    base = (resources.files("forge_ml") / "conf" / CONFIG_FILE).read_text(encoding="utf-8")
+    base = (conf_root() / CONFIG_FILE).read_text(encoding="utf-8")
     body = base.split("defaults:", 1)[1].split("\nname:", 1)[0]
     return (
         f"# {name}: forge-ml project config (Hydra primary config).\n"

@@ -23,7 +23,7 @@ from forge_ml.errors import ConfigError
 
 # Re-exported: registered versions' model_code.py (saved before forge_ml/models/pyfunc.py existed)
 # runs `from forge_ml.registry import AdapterModel`, and callers import the gate's names from here.
-from forge_ml.gate import EPS, REBASELINE, GateDecision, GoldOutcome, decide, mcnemar_exact
+from forge_ml.gate import EPS, REBASELINE, GateDecision, GoldOutcome, decide, mcnemar_exact, version_summary
 from forge_ml.models.pyfunc import (
     MODEL_CODE,
     SETTINGS_FILE,
@@ -60,6 +60,20 @@ __all__ = [
 
 CHALLENGER, CHAMPION = "challenger", "champion"
 ARTIFACT_PATH = "model"
+
+
+def model_description(
+    task: str, *, gold: str, gold_total: int, gold_hash: str, scorer: str, gate: str
+) -> str:
+    """The registered model's description: the task, the metric the gate reads, and the gate's rule."""
+    return (
+        f"{task.strip()}\n\n"
+        f"**Gold metric:** accuracy on the locked gold set `{gold}` ({gold_total} examples, hash "
+        f"{gold_hash[:12]}), scorer `{scorer}`.\n\n"
+        f"**Gate:** {gate}.\n\n"
+        f"**Aliases:** `{CHAMPION}` is the version that passed the gate last (serve `models:/<name>@{CHAMPION}`); "
+        f"`{CHALLENGER}` is the latest candidate. Each version's description says how the gate decided."
+    )
 
 
 def _missing(exc: Exception) -> bool:
@@ -225,6 +239,14 @@ class Registry:
         """Record `tags` on version `number`, then make it the champion (stage Production when `stages`)."""
         for key, value in tags.items():  # tags first: the alias never points at an undocumented version
             self.client.set_model_version_tag(self.name, number, key, value)
+        known = dict(self.client.get_model_version(self.name, number).tags or {})
+        head = f"round {known['forge.round']}" if "forge.round" in known else "by hand"
+        forced = f"forced to champion by {tags.get('forge.force.user', '?')}, gate skipped: {tags.get('forge.force.reason', '')}"
+        self.client.update_model_version(
+            self.name,
+            number,
+            description=f"{head} — {forced}" + self._round_link(known.get("forge.round_run_id")),
+        )
         if self.cfg.stages:
             self._transition(number, "Production", archive_existing=True)
         self.client.set_registered_model_alias(self.name, CHAMPION, number)
@@ -237,6 +259,14 @@ class Registry:
             return GateDecision(True, [f"v{number} is already the champion"], compared_to=number)
         decision = decide(outcome, current.outcome if current else None, gate_cfg)
         decision.compared_to = current.number if current else None
+        tags = dict(self.client.get_model_version(self.name, number).tags or {})
+        summary = version_summary(
+            tags.get("forge.round"),
+            outcome,
+            current.outcome if current else None,
+            decision.compared_to,
+            decision,
+        )
         p = decision.p_value
         record = {
             "forge.gate.decision": "promoted" if decision.promote else "refused",
@@ -246,11 +276,28 @@ class Registry:
         }
         for key, value in record.items():  # tags first: an alias never points at an undocumented version
             self.client.set_model_version_tag(self.name, number, key, value)
+        self.client.update_model_version(
+            self.name, number, description=summary + self._round_link(tags.get("forge.round_run_id"))
+        )
         if decision.promote:
             if self.cfg.stages:
                 self._transition(number, "Production", archive_existing=True)
             self.client.set_registered_model_alias(self.name, CHAMPION, number)
         return decision
+
+    def describe(self, text: str) -> None:
+        """Set the registered model's description (its page in the MLflow UI) when it differs."""
+        self._ensure_registered_model()
+        if (self.client.get_registered_model(self.name).description or "") != text:
+            self.client.update_registered_model(self.name, description=text)
+
+    def _round_link(self, round_run_id: str | None) -> str:
+        """A second description line linking the round's run (the version's source is its best trial)."""
+        run = self.find_run(round_run_id) if round_run_id else None
+        if run is None:
+            return ""
+        where = f"#/experiments/{run.info.experiment_id}/runs/{round_run_id}"
+        return f"\n\n[round run {run.info.run_name or round_run_id}]({where}) · source run: the round's best trial"
 
     def version(self, ref: str | int | None = None, *, alias: str | None = None) -> Any:
         """Return the version `ref` (a number) or the one `alias` points at; InputError (exit 1) when unknown."""

@@ -100,6 +100,18 @@ def artifact_location(cfg: ForgeConfig, project: Project) -> str | None:
     return None
 
 
+# What the MLflow UI shows for a new experiment: the classic runs view (it asks otherwise), and a note.
+EXPERIMENT_TAGS = {
+    "mlflow.experimentKind": "custom_model_development",
+    "mlflow.note.content": (
+        "forge-ml: `flywheel` rounds are runs named round-NNN with their Ray Tune trials nested under them "
+        "(expand a round); `train`, `tune`, `eval`, `generate` and `promote` add runs of their own "
+        "(tag forge.kind). Chart `gold/accuracy` by step to see it round by round; the registered model "
+        "of the same name holds the versions and the `champion` alias."
+    ),
+}
+
+
 def ensure_experiment(client: Any, name: str, location: str | None = None) -> str:
     """Return the id of experiment `name`, creating (or restoring) it."""
     from mlflow.exceptions import MlflowException
@@ -107,7 +119,7 @@ def ensure_experiment(client: Any, name: str, location: str | None = None) -> st
     exp = client.get_experiment_by_name(name)
     if exp is None:
         try:
-            return client.create_experiment(name, artifact_location=location)
+            return client.create_experiment(name, artifact_location=location, tags=EXPERIMENT_TAGS)
         except MlflowException:  # created concurrently by another job
             exp = client.get_experiment_by_name(name)
     if exp.lifecycle_stage == "deleted":

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from importlib import resources
-from pathlib import Path
-
 import pytest
 
 from forge_ml.compose import compose_config, expand_sweeps
 from forge_ml.config import validate_config
 from forge_ml.errors import ConfigError
+from forge_ml.packaged import conf_root
 from forge_ml.project import init_project
 
-CONF = Path(str(resources.files("forge_ml") / "conf"))
+CONF = conf_root()
 GROUPS = ["model", "lora", "training", "eval", "task", "tracking", "tune", "experiment"]
 
 

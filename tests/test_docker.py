@@ -6,6 +6,7 @@ import re
 from importlib.metadata import requires
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +59,13 @@ def test_gpu_workers_reserve_gpus_and_share_checkpoint_storage():
 
 def test_the_dockerfile_installs_the_package_this_repository_builds_with_pinned_versions():
     dockerfile = (DOCKER / "Dockerfile").read_text()
-    for source in ("pyproject.toml", "forge_ml", "hydra_plugins", "examples"):
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    wheel = tomllib.loads((DOCKER.parent / "pyproject.toml").read_text())["tool"]["hatch"]["build"][
+        "targets"
+    ]["wheel"]
+    sources = ["pyproject.toml", *wheel["packages"], *wheel["force-include"]]  # all the wheel is built from
+    assert {"forge_ml", "trainables", "hydra_plugins", "conf", "examples"} <= set(sources)
+    for source in sources:
         assert re.search(rf"^COPY {source}\b", dockerfile, re.MULTILINE), source
     assert 'pip install -c /opt/forge/constraints.txt ".[qlora]"' in dockerfile
     pins = dict(

@@ -151,6 +151,24 @@ def test_claude_flywheel_rounds_gate_record_and_resume(project, monkeypatch, pro
     monkeypatch.setenv("MLFLOW_REGISTRY_URI", f"sqlite:///{root / 'mlflow.db'}")
     model = client.get_registered_model(root.name)
     assert str(model.aliases["challenger"]) == "2" and "champion" in model.aliases
+    # readable in the UI: the model says what it is for and how versions get promoted ...
+    mission = (root / "mission.md").read_text().split("\n\n")[1]
+    assert model.description.startswith(" ".join(mission.split()))
+    assert (
+        "`dataset/gold.jsonl`" in model.description
+        and "strictly higher (a tie is refused)" in model.description
+    )
+    # ... each version in one line, linking its round's run; each round's gold accuracy at step = round
+    for run in rounds:
+        version = client.get_model_version(root.name, run.data.tags["forge.version"])
+        head, link = version.description.split("\n\n")
+        number = int(run.info.run_name[-3:])
+        decision = run.data.tags["forge.gate.decision"]
+        assert head.startswith(f"round {number} — gold ") and f" — {decision}: " in head
+        assert head.endswith(run.data.tags["forge.gate.reasons"])
+        assert f"(#/experiments/{run.info.experiment_id}/runs/{run.info.run_id})" in link
+        (point,) = client.get_metric_history(run.info.run_id, "gold/accuracy")
+        assert point.step == number and point.value == run.data.metrics["gold/accuracy"]
     answers = mlflow.pyfunc.load_model(f"models:/{root.name}@champion").predict(["take off to 30 m"])
     assert isinstance(answers, list) and len(answers) == 1 and isinstance(answers[0], str)
 

@@ -15,7 +15,7 @@ from conftest import FAST
 from forge_ml.compose import compose_config
 from forge_ml.jobs.train import run_train
 from forge_ml.models.tiny import build_tiny_model
-from forge_ml.trainables.sft import release_accelerator_memory
+from trainables.sft import release_accelerator_memory
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 MiB = 2**20

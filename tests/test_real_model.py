@@ -47,8 +47,9 @@ def _copy_config():
     import yaml
 
     from forge_ml.config import OfflineCopyConfig
+    from forge_ml.packaged import conf_root
 
-    preset = Path(__file__).parents[1] / "forge_ml" / "conf" / "model" / f"{PRESET}.yaml"
+    preset = conf_root() / "model" / f"{PRESET}.yaml"
     return OfflineCopyConfig(**yaml.safe_load(preset.read_text())["offline_copy"])
 
 

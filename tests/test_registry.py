@@ -15,7 +15,7 @@ from forge_ml.config.checks import Problems
 from forge_ml.config.registry import GateConfig, RegistryConfig
 from forge_ml.errors import ConfigError
 from forge_ml.evaluation.report import EvalReport, ScoredExample
-from forge_ml.gate import GoldOutcome, _fig, decide, mcnemar_exact
+from forge_ml.gate import GoldOutcome, _fig, decide, describe_gate, mcnemar_exact
 from forge_ml.models.pyfunc import save_adapter_model
 from forge_ml.registry import CHALLENGER, CHAMPION, Registry
 
@@ -156,6 +156,22 @@ def test_a_challenger_is_promoted_only_when_better_by_what_the_rule_asks(champio
         assert not decision.promote
     (reason,) = decision.reasons
     assert reason.startswith(f"gold accuracy {_fig(candidate / n)} ") and _fig(champion / n) in reason
+
+
+@pytest.mark.parametrize(
+    ("gate", "words"),
+    [
+        (GateConfig(), ["strictly higher (a tie is refused)", "no forbidden output", "min_delta 0.00"]),
+        (GateConfig(min_delta=0.05), ["higher by at least 0.05"]),
+        (GateConfig(min_delta=-0.02), ["at most 0.02 lower"]),
+        (GateConfig(significance=0.05, max_category_drop=0.1), ["McNemar", "p < 0.05", "more than 0.10"]),
+    ],
+)
+def test_the_gate_rule_in_words(gate, words):
+    text = describe_gate(gate)
+    assert all(w in text for w in words), text
+    assert ("McNemar" in text) is (gate.significance is not None)
+    assert ("category" in text) is (gate.max_category_drop is not None)
 
 
 def test_forbidden_output_refuses_even_a_first_version():
@@ -333,6 +349,15 @@ def test_register_gate_and_load_the_champion(trained, models_uri):
     tie = registry.gate(v2, t.outcome, GateConfig())  # the same gold outcome: no better, refused
     assert not tie.promote and alias(t, name, CHAMPION) == "1"
     assert "a tie is refused" in t.client.get_model_version(name, "2").tags["forge.gate.reasons"]
+    # ... and the version's description says it in one line, as the MLflow UI lists it
+    acc = _fig(t.outcome.accuracy)
+    assert t.client.get_model_version(name, "2").description == (
+        f"round 1 — gold {acc} vs champion v1 {acc} — refused: gold accuracy {acc} ties champion {acc}: "
+        "a tie is refused (a challenger must be better; min_delta 0.00)"
+    )
+    assert t.client.get_model_version(name, "1").description == (
+        f"round 1 — gold {acc}, no champion yet — promoted: first version (gold accuracy {acc})"
+    )
     promoted = registry.gate(v2, t.outcome, GateConfig(min_delta=-0.01))  # a small loss tolerated
     assert promoted.promote and promoted.compared_to == "1"
     assert alias(t, name, CHAMPION) == "2" and alias(t, name, CHALLENGER) == "2"

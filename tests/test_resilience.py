@@ -21,7 +21,7 @@ from mlflow import MlflowClient
 from mlflow_server import free_port, server_up, start_mlflow_server, stop, wait_for
 
 from forge_ml.faults import ENV as FAILPOINTS
-from forge_ml.trainables.sft import OOM_FAULT_ENV
+from trainables.sft import OOM_FAULT_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 ROUNDS = [*FAST, "planner=offline", "tune.num_samples=2", "planner.augment_n=30", "training.epochs=2"]

@@ -13,8 +13,8 @@ from mlflow import MlflowClient
 
 from forge_ml.compose import compose_config
 from forge_ml.search import with_space
-from forge_ml.trainables.sft import FAULT_ENV, OOM_FAULT_ENV
 from forge_ml.tuning.engine import run_round
+from trainables.sft import FAULT_ENV, OOM_FAULT_ENV
 
 pytestmark = pytest.mark.slow
 ROUND = [*FAST, "tune.max_concurrent_trials=2", "tune.resources.cpu=1", "tune.num_cpus=2"]

@@ -30,7 +30,6 @@ from forge_ml.models.source import is_local
 from forge_ml.project import Project
 from forge_ml.search import SearchParam, check_space, parse_space, tune_space
 from forge_ml.tracking import TrackedRun, Tracker, config_params
-from forge_ml.trainables.sft import TrialContext, sft_trial
 from forge_ml.tuning.runtime import preflight, ray_runtime, storage_path
 from forge_ml.tuning.storage import (
     copy_adapter,
@@ -39,6 +38,7 @@ from forge_ml.tuning.storage import (
     share_base,
     unreadable_experiment,
 )
+from trainables.sft import TrialContext, sft_trial
 
 log = logging.getLogger(__name__)
 
