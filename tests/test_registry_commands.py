@@ -456,6 +456,8 @@ def test_promote_refused_then_forced_with_a_reason(trained):
     assert "+ min_delta 0.01" in data["reasons"][0]
     tags = t.client.get_model_version(name, "2").tags
     assert tags["forge.gate.decision"] == "refused" and "forge.force.reason" not in tags
+    refused = t.client.get_model_version(name, "2").description  # no round: registered by hand
+    assert refused.startswith("by hand — gold ") and refused.endswith(" — refused: " + data["reasons"][0])
     assert aliases(t, name)["champion"] == "1"
     refused_run = t.client.get_run(data["run_id"]).data.tags
     assert refused_run["forge.promote.decision"] == "refused" and refused_run["forge.promote.champion"] == "1"
@@ -475,6 +477,9 @@ def test_promote_refused_then_forced_with_a_reason(trained):
     assert start <= when <= datetime.now(timezone.utc)
     assert tags["forge.force.run_id"] == data["run_id"]
     assert tags["forge.gate.decision"] == "refused"  # the gate's own record stays
+    assert t.client.get_model_version(name, "2").description == (
+        f"by hand — forced to champion by {user}, gate skipped: hand-checked on 40 live prompts"
+    )
     assert aliases(t, name) == {"champion": "2", "challenger": "2"}
     assert t.client.get_model_version(name, "2").current_stage == "Production"
     assert t.client.get_model_version(name, "1").current_stage == "Archived"
