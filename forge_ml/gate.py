@@ -133,6 +133,11 @@ def describe_gate(gate: GateConfig) -> str:
     return "; ".join(parts) + f" (`registry.gate`: min_delta {_fig(gate.min_delta)})"
 
 
+def version_origin(round_: str | None) -> str:
+    """How a version's description begins: the flywheel round that made it, or "by hand"."""
+    return f"round {round_}" if round_ else "by hand"
+
+
 def version_summary(
     round_: str | None,
     candidate: GoldOutcome,
@@ -141,7 +146,7 @@ def version_summary(
     decision: GateDecision,
 ) -> str:
     """One line for a version's description: "round 3 — gold 0.70 vs champion v2 0.76 — refused: ..."."""
-    head = f"round {round_}" if round_ else "by hand"
+    head = version_origin(round_)
     if champion is None:
         figures = f"gold {_fig(candidate.accuracy)}, no champion yet"
     else:

@@ -23,7 +23,16 @@ from forge_ml.errors import ConfigError
 
 # Re-exported: registered versions' model_code.py (saved before forge_ml/models/pyfunc.py existed)
 # runs `from forge_ml.registry import AdapterModel`, and callers import the gate's names from here.
-from forge_ml.gate import EPS, REBASELINE, GateDecision, GoldOutcome, decide, mcnemar_exact, version_summary
+from forge_ml.gate import (
+    EPS,
+    REBASELINE,
+    GateDecision,
+    GoldOutcome,
+    decide,
+    mcnemar_exact,
+    version_origin,
+    version_summary,
+)
 from forge_ml.models.pyfunc import (
     MODEL_CODE,
     SETTINGS_FILE,
@@ -240,7 +249,7 @@ class Registry:
         for key, value in tags.items():  # tags first: the alias never points at an undocumented version
             self.client.set_model_version_tag(self.name, number, key, value)
         known = dict(self.client.get_model_version(self.name, number).tags or {})
-        head = f"round {known['forge.round']}" if "forge.round" in known else "by hand"
+        head = version_origin(known.get("forge.round"))
         forced = f"forced to champion by {tags.get('forge.force.user', '?')}, gate skipped: {tags.get('forge.force.reason', '')}"
         self.client.update_model_version(
             self.name,
