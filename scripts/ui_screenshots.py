@@ -174,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     project = opts.project.resolve()
     build_demo(project)
     opts.out.mkdir(parents=True, exist_ok=True)
-    name = project.joinpath("forge.yaml").read_text().split("\nname:", 1)[1].split()[0]
+    import yaml
+
+    name = yaml.safe_load(project.joinpath("forge.yaml").read_text(encoding="utf-8"))["name"]
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     with mlflow_ui(project, free_port()) as base:
         experiment = api(base, "experiments/get-by-name", experiment_name=name)["experiment"]["experiment_id"]
