@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 EXAMPLE = "drone-router"
+# the CLI through the running interpreter: works where no `forge-ml` script is on PATH (a GPU box's
+# system Python with forge-ml on PYTHONPATH) as well as in the project's .venv
+FORGE_ML = [sys.executable, "-m", "forge_ml"]
 BUSY_CORES = 0.25  # cores used by other processes above which a measurement counts as taken on a busy machine
 
 

@@ -1,13 +1,14 @@
 """GPU readiness of the real base in one run: packing, bf16, QLoRA, memory release, tokens/s.
 
 Needs one NVIDIA GPU and the offline copy (or the Hub snapshot) of model=smollm2-135m-instruct;
-about 6-8 minutes on one H100/H200-class GPU. Each check prints its figure and PASS/FAIL, and the
+about 7-9 minutes on one H100/H200-class GPU (checks 1-4 finished within 320 s on an H200, the
+offline copy's dequantization included). Each check prints its figure and PASS/FAIL, and the
 script exits 0 only when all pass (1: a check failed, 2: no GPU).
 
   1. precision  training.precision=auto and model.dtype=auto choose bf16 on a bf16-capable GPU
   2. qlora      lora=qlora loads the base in 4-bit NF4 (bitsandbytes), trains, and the adapter
                 merges into a bf16 copy of the base that reloads and answers like the adapter;
-                peak GPU memory of the 4-bit training against the bf16 LoRA training
+                the 4-bit base's weight memory against bf16 (< 60%); training peaks printed
   3. release    after a training and release_accelerator_memory(), what a trial leaves allocated
                 on the GPU (< 64 MiB): a reused trial actor starts clean
   4. packing    4 trials at tune.resources.gpu=0.25 against 1 trial alone on the same GPU:
@@ -28,12 +29,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from _common import example_project, print_table, quiet_libraries
+from _common import FORGE_ML, example_project, print_table, quiet_libraries
 
 PRESET = "smollm2-135m-instruct"
 BENCH = Path(__file__).resolve().parent
 RESIDUE_MIB = 64
 PACKING_BOUND = 2.0
+# 4-bit base weights against bf16: only the linear layers are quantized (SmolLM2-135M's 28M-parameter
+# tied embedding stays bf16), so ~0.4 here and lower for larger models. Training peaks are printed,
+# not judged: at 135M they are activations and the fp32 copies prepare_model_for_kbit_training
+# makes of the unquantized layers (measured on an H200: 5192 MiB QLoRA vs 4264 MiB LoRA).
+FOUR_BIT_BOUND = 0.6
 PROMPTS = ["take off to 30 m", "land now", "fly to the depot", "hover for 20 seconds"]
 
 
@@ -79,13 +85,15 @@ def check_qlora_and_release(bp, compose) -> list[Check]:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from forge_ml.models.generation import generate_batched, render_prompt
+    from forge_ml.models.generation import NO_HUB_KERNELS, generate_batched, render_prompt
+    from forge_ml.models.loader import quantization_config
     from trainables.sft import release_accelerator_memory
 
     lora, lora_peak, lora_s = train_measured(compose([]))
     release_accelerator_memory()
     residue = torch.cuda.memory_allocated()
-    qlora, qlora_peak, qlora_s = train_measured(compose(["lora=qlora"]))
+    qlora_cfg = compose(["lora=qlora"])
+    qlora, qlora_peak, qlora_s = train_measured(qlora_cfg)
     release_accelerator_memory()
     checks = [
         Check(
@@ -98,16 +106,23 @@ def check_qlora_and_release(bp, compose) -> list[Check]:
     tokenizer = AutoTokenizer.from_pretrained(qlora.adapter_dir)
     system = (bp.project.root / "system_prompt.md").read_text(encoding="utf-8").strip()
     prompts = [render_prompt(tokenizer, system, p, system_role=True) for p in PROMPTS]
-    adapted = PeftModel.from_pretrained(
-        AutoModelForCausalLM.from_pretrained(base, dtype=torch.bfloat16).to("cuda"), str(qlora.adapter_dir)
+    four_bit = AutoModelForCausalLM.from_pretrained(
+        base, quantization_config=quantization_config(qlora_cfg.lora), device_map={"": 0}, **NO_HUB_KERNELS
     )
+    four_bit_bytes = four_bit.get_memory_footprint()
+    del four_bit
+    bf16_base = AutoModelForCausalLM.from_pretrained(base, dtype=torch.bfloat16, **NO_HUB_KERNELS).to("cuda")
+    bf16_bytes = bf16_base.get_memory_footprint()
+    adapted = PeftModel.from_pretrained(bf16_base, str(qlora.adapter_dir))
     before = generate_batched(adapted, tokenizer, prompts, batch_size=4, max_new_tokens=32)
     merged_dir = bp.tmpdir / "qlora-merged"
     adapted.merge_and_unload().save_pretrained(merged_dir)
     tokenizer.save_pretrained(merged_dir)
     del adapted
     release_accelerator_memory()
-    merged = AutoModelForCausalLM.from_pretrained(merged_dir, dtype=torch.bfloat16).to("cuda")
+    merged = AutoModelForCausalLM.from_pretrained(merged_dir, dtype=torch.bfloat16, **NO_HUB_KERNELS).to(
+        "cuda"
+    )
     after = generate_batched(merged, tokenizer, prompts, batch_size=4, max_new_tokens=32)
     same = sum(a == b for a, b in zip(before, after))
     del merged
@@ -115,10 +130,11 @@ def check_qlora_and_release(bp, compose) -> list[Check]:
     checks.append(
         Check(
             "qlora",
-            f"4-bit training peak {mib(qlora_peak):.0f} MiB vs bf16 LoRA {mib(lora_peak):.0f} MiB "
+            f"base weights 4-bit {mib(four_bit_bytes):.0f} MiB vs bf16 {mib(bf16_bytes):.0f} MiB "
+            f"(< {FOUR_BIT_BOUND:.0%}); training peak {mib(qlora_peak):.0f} vs {mib(lora_peak):.0f} MiB "
             f"({qlora_s:.0f} s vs {lora_s:.0f} s); gold {qlora.gold.accuracy:.3f} vs {lora.gold.accuracy:.3f}; "
             f"merged answers equal the adapter's on {same}/{len(PROMPTS)} prompts",
-            qlora_peak < lora_peak
+            four_bit_bytes < FOUR_BIT_BOUND * bf16_bytes
             and same >= len(PROMPTS) - 1
             and (qlora.adapter_dir / "adapter_model.safetensors").is_file(),
         )
@@ -127,9 +143,8 @@ def check_qlora_and_release(bp, compose) -> list[Check]:
 
 
 def tune_wall(project_root: Path, samples: int, gpu: float, overrides: list[str]) -> float:
-    exe = Path(sys.executable).with_name("forge-ml")
     args = [
-        str(exe), "-p", str(project_root), "--json", "tune", f"model={PRESET}", "lora.r=choice(8,16)",
+        *FORGE_ML, "-p", str(project_root), "--json", "tune", f"model={PRESET}", "lora.r=choice(8,16)",
         f"tune.num_samples={samples}", f"tune.max_concurrent_trials={samples}", f"tune.resources.gpu={gpu}",
         "tune.resources.cpu=2", "tune.scheduler=fifo", *overrides,
     ]  # fmt: skip

@@ -24,15 +24,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import FORGE_ML
+
 ROOT = Path(__file__).resolve().parents[1]
-FORGE = Path(sys.executable).with_name("forge-ml")
 PRESET = "smollm2-135m-instruct"
 
 
 def forge(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "160"}
     env.pop("ANTHROPIC_API_KEY", None)  # the offline planner: the figures do not depend on an API
-    return subprocess.run([str(FORGE), *args], env=env, capture_output=True, text=True, check=False)
+    return subprocess.run([*FORGE_ML, *args], env=env, capture_output=True, text=True, check=False)
 
 
 def pin_epochs(config_file: Path, epochs: int) -> None:

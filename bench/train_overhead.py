@@ -150,6 +150,7 @@ def run_bare(
     import trl
     from transformers import AutoModelForCausalLM
 
+    from forge_ml.models.generation import NO_HUB_KERNELS
     from forge_ml.models.loader import torch_dtype
     from forge_ml.training import mixed_precision
 
@@ -158,7 +159,9 @@ def run_bare(
     set_threads(threads)
     # the same dtype and mixed precision forge picks (float32 on a CPU; bf16 on a capable GPU)
     bf16, fp16 = mixed_precision(cfg.training.precision)
-    model = AutoModelForCausalLM.from_pretrained(inputs.model_dir, dtype=torch_dtype(cfg.model.dtype))
+    model = AutoModelForCausalLM.from_pretrained(
+        inputs.model_dir, dtype=torch_dtype(cfg.model.dtype), **NO_HUB_KERNELS
+    )
     args = trl.SFTConfig(
         output_dir=str(bp.tmpdir / "bare-trainer"),
         num_train_epochs=t.epochs,

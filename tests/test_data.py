@@ -6,6 +6,8 @@ import json
 
 import pytest
 from conftest import write_jsonl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from forge_ml.config import TaskConfig
 from forge_ml.data.examples import Example, dataset_hash, normalize_text, read_examples
@@ -140,3 +142,46 @@ def test_empty_gold_and_missing_system_prompt_are_input_errors(project):
     (project.root / "system_prompt.md").unlink()
     with pytest.raises(InputError, match=r"system_prompt\.md"):
         load_project_data(project, TaskConfig())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    shapes=st.lists(st.tuples(st.integers(0, 80), st.integers(1, 40)), min_size=1, max_size=12),
+    max_length=st.integers(1, 120),
+)
+def test_check_lengths_refuses_only_when_no_answer_survives_and_warns_when_any_is_cut(shapes, max_length):
+    """Drawn (prompt, answer) token lengths against a drawn training.max_seq_length."""
+    import logging
+
+    from forge_ml.data.chat import IGNORE_INDEX, check_lengths
+
+    class Records(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.WARNING)
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    columns = {
+        "input_ids": [[7] * (p + a) for p, a in shapes],
+        "labels": [[IGNORE_INDEX] * p + [7] * a for p, a in shapes],
+    }
+    none_survives = all(p >= max_length for p, _ in shapes)
+    any_cut = any(p + a > max_length for p, a in shapes)
+    if none_survives:
+        pattern = rf"training\.max_seq_length={max_length}: .* {len(shapes)} training"
+        with pytest.raises(InputError, match=pattern):
+            check_lengths(columns, max_length, "training")
+        return
+    logger, records = logging.getLogger("forge_ml.data.chat"), Records()
+    logger.addHandler(records)
+    try:
+        check_lengths(columns, max_length, "training")
+    finally:
+        logger.removeHandler(records)
+    warned = records.messages
+    assert bool(warned) == any_cut
+    if any_cut:
+        cut = sum(p + a > max_length for p, a in shapes)
+        assert f"cuts {cut} of {len(shapes)} training examples" in warned[0]

@@ -13,6 +13,7 @@ import pytest
 from conftest import FAST
 
 from forge_ml.compose import compose_config
+from forge_ml.data.project_data import load_project_data
 from forge_ml.jobs.train import run_train
 from forge_ml.models.tiny import build_tiny_model
 from trainables.sft import release_accelerator_memory
@@ -31,9 +32,15 @@ LARGE = [
 
 
 def local_base(project, overrides: list[str]):
-    """A locally built model saved in the Hub format: it stands in for a pretrained base."""
-    tiny = compose_config(project, [*FAST, *overrides]).model.tiny
-    return build_tiny_model(["takeoff", "land", "hover"] * 50, tiny, project.root / "weights")
+    """A locally built model saved in the Hub format: it stands in for a pretrained base.
+
+    Its tokenizer learns the project's own text, as a real base's covers it: one learned from a
+    handful of words spells the system prompt out in hundreds of tokens, and no answer would fit
+    in training.max_seq_length (refused before training since the first GPU run showed it).
+    """
+    cfg = compose_config(project, [*FAST, *overrides])
+    text = load_project_data(project, cfg.task).training_text()
+    return build_tiny_model(text, cfg.model.tiny, project.root / "weights")
 
 
 def test_bf16_training_leaves_no_gpu_memory_once_released(small_project):

@@ -78,6 +78,9 @@ def test_a_model_saved_in_hub_format_loads_from_a_local_directory(tmp_path):
     assert model.config.hidden_size == 32
     assert tokenizer.chat_template
     assert not cfg.model.trust_remote_code
+    # no "Hub kernels": transformers would otherwise fetch layer code from the Hub at load time,
+    # which fails offline on a GPU and is pinned by no config
+    assert model.use_kernels is False
 
 
 def test_a_hub_snapshot_names_the_commit_it_resolved(tmp_path):

@@ -6,12 +6,16 @@ trained to produce after the prompt are exactly those it must generate at eval t
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from typing import Any
 
 from forge_ml.data.examples import Example
+from forge_ml.errors import InputError
 from forge_ml.models.generation import build_messages, render_prompt
+
+log = logging.getLogger(__name__)
 
 IGNORE_INDEX = -100
 PASS_LOG_ENV = "FORGE_TOKENIZE_LOG"  # bench hook: append "pid examples" per tokenisation pass
@@ -54,8 +58,53 @@ def tokenize_for_sft(
     return {"input_ids": input_ids, "labels": labels}
 
 
-def sft_dataset(examples: Sequence[Example], tokenizer: Any, system_prompt: str, *, system_role: bool = True):
-    """Return a tokenised `datasets.Dataset` that TRL's SFTTrainer takes as is."""
+def check_lengths(columns: dict[str, list[list[int]]], max_length: int, name: str) -> None:
+    """Fail when `max_length` leaves no answer to learn in any example; warn when it cuts some answers.
+
+    TRL truncates to `max_length` and then drops every example whose answer is cut away entirely,
+    so a system prompt longer than `training.max_seq_length` would otherwise end in a bare
+    "num_samples=0" from the data loader, after the model is loaded.
+    """
+    lengths = [len(ids) for ids in columns["input_ids"]]
+    if not lengths:
+        return
+    answer_starts = [
+        next((i for i, t in enumerate(lab) if t != IGNORE_INDEX), len(lab)) for lab in columns["labels"]
+    ]
+    lost = sum(start >= max_length for start in answer_starts)
+    cut = sum(n > max_length for n in lengths)
+    span = f"{min(lengths)}-{max(lengths)} tokens with this tokenizer"
+    if lost == len(lengths):
+        raise InputError(
+            f"training.max_seq_length={max_length}: the answer of every one of the {len(lengths)} {name} "
+            f"examples starts after token {max_length} (examples are {span}, system prompt included), "
+            f"so nothing would be learned; set training.max_seq_length to at least {max(lengths)} "
+            "or shorten system_prompt.md"
+        )
+    if cut:
+        log.warning(
+            "training.max_seq_length=%d cuts %d of %d %s examples (%s): their answers lose their end "
+            "(%d lose all of it and are left out); set training.max_seq_length to at least %d to keep them whole",
+            max_length, cut, len(lengths), name, span, lost, max(lengths),
+        )  # fmt: skip
+
+
+def sft_dataset(
+    examples: Sequence[Example],
+    tokenizer: Any,
+    system_prompt: str,
+    *,
+    system_role: bool = True,
+    max_length: int | None = None,
+    name: str = "training",
+):
+    """Return a tokenised `datasets.Dataset` that TRL's SFTTrainer takes as is.
+
+    With `max_length` (training.max_seq_length), examples it would cut are reported first (`check_lengths`).
+    """
     from datasets import Dataset
 
-    return Dataset.from_dict(tokenize_for_sft(examples, tokenizer, system_prompt, system_role=system_role))
+    columns = tokenize_for_sft(examples, tokenizer, system_prompt, system_role=system_role)
+    if max_length is not None:
+        check_lengths(columns, max_length, name)
+    return Dataset.from_dict(columns)

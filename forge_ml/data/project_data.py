@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from forge_ml.config import TaskConfig
@@ -24,7 +24,8 @@ class ProjectData:
     dev: list[Example]
     gold: list[Example]
     duplicates_dropped: int
-    seed_merged: int
+    seed_merged: int  # seed examples new to canonical (written by the load, or by merge_seed)
+    unwritten_seed: list[Example] = field(default_factory=list)  # load_project_data(write_seed=False)
 
     @property
     def hashes(self) -> dict[str, str]:
@@ -106,8 +107,13 @@ def split_dev(
     return train, dev
 
 
-def load_project_data(project: Project, task: TaskConfig) -> ProjectData:
-    """Return the project's train/dev/gold data, merging seed into canonical on first use."""
+def load_project_data(project: Project, task: TaskConfig, *, write_seed: bool = True) -> ProjectData:
+    """Return the project's train/dev/gold data, merging seed into canonical on first use.
+
+    With `write_seed=False` the seed's new examples are in the data but not yet in canonical's file:
+    a caller that checks more before it commits to a run (the tokenised lengths) then calls
+    `merge_seed`, so a refused run leaves the project as it was.
+    """
     system_prompt = read_system_prompt(project, task)
     gold = read_gold(project, task)
     canonical_path = project.resolve(task.canonical_path)
@@ -136,16 +142,25 @@ def load_project_data(project: Project, task: TaskConfig) -> ProjectData:
     train, dev = split_dev(
         examples, fraction=task.dev_fraction, dev_min=task.dev_min, dev_max=task.dev_max, seed=task.split_seed
     )
-    if new_seed:  # written only once the data is known to be usable: a refused run changes nothing
-        _merge_seed(project, canonical_path, new_seed)
-    return ProjectData(
+    data = ProjectData(
         system_prompt=system_prompt,
         train=train,
         dev=dev,
         gold=gold,
         duplicates_dropped=dropped,
         seed_merged=len(new_seed),
+        unwritten_seed=new_seed,
     )
+    if write_seed:  # written only once the data is known to be usable: a refused run changes nothing
+        merge_seed(project, task, data)
+    return data
+
+
+def merge_seed(project: Project, task: TaskConfig, data: ProjectData) -> None:
+    """Write the seed's new examples of `data` into canonical (once; a no-op when there are none)."""
+    if data.unwritten_seed:
+        _merge_seed(project, project.resolve(task.canonical_path), data.unwritten_seed)
+        data.unwritten_seed = []
 
 
 def _merge_seed(project: Project, canonical_path: Path, new_seed: list[Example]) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 from forge_ml import __version__
 from forge_ml.config import ForgeConfig
 from forge_ml.errors import InputError
+from forge_ml.models.generation import NO_HUB_KERNELS
 from forge_ml.models.loader import torch_dtype
 from forge_ml.project import Project
 from forge_ml.registry import CHAMPION, ModelFiles, Registry
@@ -63,7 +64,11 @@ def merge_into(files: ModelFiles, dest: Path, dtype: str, trust: bool) -> None:
 
     base = files.base_ref()
     model = AutoModelForCausalLM.from_pretrained(
-        base.source, revision=base.revision, dtype=torch_dtype(dtype), trust_remote_code=trust
+        base.source,
+        revision=base.revision,
+        dtype=torch_dtype(dtype),
+        trust_remote_code=trust,
+        **NO_HUB_KERNELS,
     )
     merged = PeftModel.from_pretrained(model, str(files.adapter)).merge_and_unload()
     merged.save_pretrained(str(dest))

@@ -15,7 +15,7 @@ from typing import Any
 from forge_ml.config import ForgeConfig
 from forge_ml.console import console
 from forge_ml.data.chat import sft_dataset
-from forge_ml.data.project_data import ProjectData, load_project_data, read_gold
+from forge_ml.data.project_data import ProjectData, load_project_data, merge_seed, read_gold
 from forge_ml.evaluation.evaluate import evaluate_examples
 from forge_ml.evaluation.report import EvalReport, write_report
 from forge_ml.evaluation.scorers import make_scorer
@@ -67,12 +67,16 @@ def run_train(
     project = Project(Path(cfg.project_dir))
     # a broken scorer.py fails before training, and before the seed merge may rewrite canonical
     scorer = make_scorer(cfg.eval, project.root, probe=read_gold(project, cfg.task))
-    data = load_project_data(project, cfg.task)
+    data = load_project_data(project, cfg.task, write_seed=False)
     base = resolve_base(cfg, project, data.training_text())
     tokenizer = load_tokenizer(base, cfg.model, project)
     role = cfg.model.system_role
-    train_ds = sft_dataset(data.train, tokenizer, data.system_prompt, system_role=role)
-    dev_ds = sft_dataset(data.dev, tokenizer, data.system_prompt, system_role=role)
+    limit = cfg.training.max_seq_length
+    train_ds = sft_dataset(data.train, tokenizer, data.system_prompt, system_role=role, max_length=limit)
+    dev_ds = sft_dataset(
+        data.dev, tokenizer, data.system_prompt, system_role=role, max_length=limit, name="dev"
+    )
+    merge_seed(project, cfg.task, data)  # the run is on: the seed joins canonical
 
     tracker = Tracker(cfg, project)
     with tracker.start_run(run_name, tags) as run:

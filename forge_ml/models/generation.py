@@ -10,6 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+# transformers 5.x swaps layers for "Hub kernels" (code fetched from the Hub at load time) unless told
+# not to. On a GPU that fails offline ("not available in the local cache") and makes a run depend on
+# code no config pins, so every model forge-ml loads passes this (a saved model's pyfunc too).
+NO_HUB_KERNELS = {"use_kernels": False}
+
 
 def auto_dtype() -> Any:
     """Return bf16 on a CUDA device that has it, else fp32 (the `dtype: auto` rule)."""

@@ -10,7 +10,7 @@ from typing import Any
 from forge_ml import hub
 from forge_ml.config import ForgeConfig, LoraConfig, ModelConfig
 from forge_ml.errors import ConfigError, ForgeError, InputError, RuntimeFault, describe
-from forge_ml.models.generation import auto_dtype
+from forge_ml.models.generation import NO_HUB_KERNELS, auto_dtype
 from forge_ml.models.offline_copy import prepare_offline_copy
 from forge_ml.models.provenance import BaseProvenance, local_provenance
 from forge_ml.models.source import is_local, resolve_model_source
@@ -188,6 +188,7 @@ def load_base_model(ref: BaseModelRef, cfg: ForgeConfig) -> Any:
         "revision": ref.revision,
         "trust_remote_code": cfg.model.trust_remote_code,
         "dtype": torch_dtype(cfg.model.dtype),
+        **NO_HUB_KERNELS,
     }
     if cfg.lora.method == "qlora":
         kwargs["quantization_config"] = quantization_config(cfg.lora)

@@ -29,6 +29,7 @@ from pathlib import Path
 from forge_ml.config import OfflineCopyConfig
 from forge_ml.errors import InputError, RuntimeFault, describe
 from forge_ml.fileio import writer_gone, writer_tag
+from forge_ml.models.generation import NO_HUB_KERNELS
 from forge_ml.models.provenance import BaseProvenance
 
 log = logging.getLogger(__name__)
@@ -142,7 +143,9 @@ def dequantize_gguf(gguf_path: Path, out: Path) -> None:
     folder, name = str(gguf_path.parent), gguf_path.name
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        loaded = AutoModelForCausalLM.from_pretrained(
+            folder, gguf_file=name, dtype=torch.float32, **NO_HUB_KERNELS
+        )
     except (OSError, ValueError, KeyError, ImportError) as exc:
         raise RuntimeFault(f"{gguf_path}: cannot read the GGUF file ({describe(exc)})") from exc
     # A model read from GGUF is marked quantized and refuses save_pretrained: the same architecture

@@ -100,6 +100,7 @@ with warnings.catch_warnings(record=True):
             kwargs: dict[str, Any] = {
                 "dtype": generation.auto_dtype(),
                 "trust_remote_code": self.settings["trust_remote_code"],
+                **generation.NO_HUB_KERNELS,
             }
             if torch.cuda.is_available():
                 kwargs["device_map"] = {"": 0}

@@ -21,7 +21,7 @@ from typing import Any
 from forge_ml.config import ForgeConfig
 from forge_ml.console import console
 from forge_ml.data.chat import sft_dataset
-from forge_ml.data.project_data import load_project_data
+from forge_ml.data.project_data import load_project_data, merge_seed
 from forge_ml.errors import ConfigError, RuntimeFault, describe
 from forge_ml.evaluation.scorers import make_scorer
 from forge_ml.hub import hub_snapshot
@@ -162,21 +162,28 @@ def run_round(
         raise ConfigError("search space is empty: pass sweeps such as 'lora.r=choice(4,8)' or set tune.space")
     check_space(cfg, params)
 
-    data = load_project_data(project, cfg.task)
+    data = load_project_data(project, cfg.task, write_seed=False)
     make_scorer(cfg.eval, project.root, probe=data.gold)  # a scorer.py that raises fails before training
     base = resolve_base(cfg, project, data.training_text())
     tokenizer = load_tokenizer(base, cfg.model, project)
     role = cfg.model.system_role
+    # a space over training.max_seq_length is checked by each trial's trainer instead
+    limit = None if "training.max_seq_length" in params else cfg.training.max_seq_length
     context = TrialContext(
         config=cfg,
         base_source=base.source,
         base_revision=base.revision,
         tokenizer=tokenizer,
-        train_dataset=sft_dataset(data.train, tokenizer, data.system_prompt, system_role=role),
-        dev_dataset=sft_dataset(data.dev, tokenizer, data.system_prompt, system_role=role),
+        train_dataset=sft_dataset(
+            data.train, tokenizer, data.system_prompt, system_role=role, max_length=limit
+        ),
+        dev_dataset=sft_dataset(
+            data.dev, tokenizer, data.system_prompt, system_role=role, max_length=limit, name="dev"
+        ),
         dev_examples=data.dev,
         system_prompt=data.system_prompt,
     )
+    merge_seed(project, cfg.task, data)  # the datasets passed their checks: the seed joins canonical
     tracker = Tracker(cfg, project)
     storage = storage_path(cfg.tune, project)
     with ray_runtime(cfg.tune):
