@@ -9,7 +9,11 @@ each figure as a median with its spread; the verdict is judged on the median:
   (b) tokenisation passes over the training set per round (every round)  — bound: == 1
   (c) MLflow logging overhead: driver time in the MLflow callback / round wall time,
       plus the round wall time with tracking on vs off for reference      — bound: <= 2 %
-  (d) epochs trained by ASHA / by FIFO on the same space and first points — bound: <= 0.6
+  (d) epochs trained by ASHA / by FIFO on the same space and first points — bound: <= 0.65
+      (restated from 0.6, which one run's 0.375 had suggested: with 8 trials of 6 epochs at
+      concurrency 2, ASHA lands on 18 of 48 epochs when the bad trials are cut at the first
+      rung, or on 29 (0.604) when a bad trial reports first at a rung and, alone there, is
+      promoted; real rounds landed on 29 in 2 of 3. Both save over a third of FIFO's epochs.)
       ASHA at concurrency 2 is asynchronous: which trial reaches a rung first depends on
       timing, so a round's figure varies. The verdict is the median of `--replays` replays
       of Ray's ASHA scheduler on the FIFO rounds' recorded per-epoch curves, each with epoch
@@ -39,7 +43,7 @@ from asha_replay import Curve, Replay, epoch_durations, replay
 
 quiet_libraries()
 
-BOUND_A, BOUND_C, BOUND_D, BEST_SLACK = 1.15, 0.02, 0.6, 1.02
+BOUND_A, BOUND_C, BOUND_D, BEST_SLACK = 1.15, 0.02, 0.65, 1.02
 # A space with clearly good and clearly bad learning rates, so that early stopping has work.
 SPACE = {"training.learning_rate": "choice(5e-3, 2e-3, 1e-5, 1e-6)", "lora.r": "choice(4,8)"}
 GOOD, BAD = [5e-3, 2e-3], [1e-5, 1e-6]
