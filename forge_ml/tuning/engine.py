@@ -167,7 +167,7 @@ def run_round(
     base = resolve_base(cfg, project, data.training_text())
     tokenizer = load_tokenizer(base, cfg.model, project)
     role = cfg.model.system_role
-    # a space over training.max_seq_length is checked by each trial's trainer instead
+    # with training.max_seq_length in the space the limit differs by trial: not checked here
     limit = None if "training.max_seq_length" in params else cfg.training.max_seq_length
     context = TrialContext(
         config=cfg,
