@@ -30,6 +30,8 @@ if [ -z "${MLFLOW_FLASK_SERVER_SECRET_KEY:-}" ]; then
     MLFLOW_FLASK_SERVER_SECRET_KEY="$(cat "$AUTH_DIR/flask_secret_key")"
     export MLFLOW_FLASK_SERVER_SECRET_KEY
 fi
+# MLflow's job runner (a huey consumer) serves its GenAI jobs; forge-ml submits none.
+export MLFLOW_SERVER_ENABLE_JOB_EXECUTION="${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false}"
 exec mlflow server --app-name basic-auth \
     --backend-store-uri "$MLFLOW_BACKEND_STORE_URI" \
     --artifacts-destination "$ARTIFACTS_DIR" --serve-artifacts \

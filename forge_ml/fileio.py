@@ -14,6 +14,15 @@ from pathlib import Path
 from typing import Any
 
 TEMP_SUFFIX = ".tmp"
+CACHE_ENV = "FORGE_ML_CACHE"
+
+
+def cache_root() -> Path:
+    """forge-ml's cache: `FORGE_ML_CACHE`, else `$XDG_CACHE_HOME/forge-ml`, else ~/.cache/forge-ml."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "forge-ml"
 
 
 def atomic_write_text(path: Path, text: str, *, verify: Callable[[Path], None] | None = None) -> None:

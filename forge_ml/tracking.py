@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import shutil
 import socket
 import subprocess
 import time
@@ -17,7 +19,7 @@ from forge_ml import stopping
 from forge_ml.config import ForgeConfig, config_hash, config_to_dict
 from forge_ml.data.examples import Example
 from forge_ml.errors import RuntimeFault, describe
-from forge_ml.fileio import pid_alive
+from forge_ml.fileio import cache_root, pid_alive
 from forge_ml.project import Project
 from forge_ml.secrets import flatten, redact_mapping, redact_text
 
@@ -85,7 +87,70 @@ def client_for(cfg: ForgeConfig, project: Project):
     check_server(uri)
     if registry != uri:
         check_server(registry, "tracking.registry_uri")
+    for store in {uri, registry}:
+        seed_sqlite_store(store)
     return MlflowClient(tracking_uri=uri, registry_uri=registry)
+
+
+def seed_sqlite_store(uri: str) -> None:
+    """Give a sqlite store that does not exist yet MLflow's tables from a template, not by migration.
+
+    MLflow builds a new sqlite store by running every schema migration since its first release
+    (~2 s of CPU, in each new project's first command). The same empty schema, built once per
+    MLflow version in forge-ml's cache, is copied instead; MLflow then opens it as one it made
+    (it checks the schema's revision) and adds its Default experiment. Anything unexpected
+    leaves the store to MLflow.
+    """
+    if not uri.startswith("sqlite:///") or "?" in uri or uri.endswith(":memory:"):
+        return
+    db = Path(uri[len("sqlite:///") :])
+    if db.exists() or not db.parent.is_dir():
+        return
+    template = _store_template()
+    if template is None:
+        return
+    tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
+    try:
+        shutil.copyfile(template, tmp)
+        os.link(tmp, db)  # never replaces a store another process created meanwhile
+    except OSError as exc:  # FileExistsError: it did; others: MLflow creates the store itself
+        log.debug("sqlite store %s not seeded: %s", db, describe(exc))
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _store_template() -> Path | None:
+    """The empty, fully migrated sqlite store of the installed MLflow, built on first use."""
+    import mlflow
+
+    template = cache_root() / "mlflow-stores" / f"empty-{mlflow.__version__}.db"
+    if template.is_file():
+        return template
+    tmp = template.with_name(f".{template.name}.{os.getpid()}.tmp")
+    try:
+        template.parent.mkdir(parents=True, exist_ok=True)
+        tmp.unlink(missing_ok=True)
+        _create_tables(f"sqlite:///{tmp}")
+        os.replace(tmp, template)
+    except Exception as exc:  # a private MLflow API moved, a read-only cache, ...: no template
+        log.debug("no MLflow store template: %s", describe(exc))
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        return None
+    return template
+
+
+def _create_tables(uri: str) -> None:
+    """MLflow's own first-use initialisation of an empty database (its tables, migrated to head)."""
+    import sqlalchemy
+    from mlflow.store.db import utils
+
+    engine = sqlalchemy.create_engine(uri)
+    try:
+        utils._initialize_tables(engine)
+        utils._verify_schema(engine)
+    finally:
+        engine.dispose()
 
 
 def artifact_location(cfg: ForgeConfig, project: Project) -> str | None:

@@ -7,6 +7,7 @@ for it and `stop` ends it. `log_metrics_child` is the writer process of the conc
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -38,7 +39,12 @@ def wait_for(check, what: str, timeout: float = 120) -> None:
 
 
 def start_mlflow_server(root: Path, port: int, env: dict | None = None, workers: int = 1) -> subprocess.Popen:
-    """Start `mlflow server` on 127.0.0.1:`port` with its store and artifacts under `root`; don't wait."""
+    """Start `mlflow server` on 127.0.0.1:`port` with its store and artifacts under `root`; don't wait.
+
+    Without MLflow's job runner (a huey consumer for its GenAI jobs, which forge-ml never submits), as
+    `forge-ml ui` and the compose file run it.
+    """
+    env = {**(os.environ if env is None else env), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     return subprocess.Popen(
         [str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
          "--artifacts-destination", str(root / "server-artifacts"), "--serve-artifacts",

@@ -53,7 +53,7 @@ def _ui_args(p) -> None:
 
 
 def run_ui(ctx: Context) -> int:
-    from forge_ml.tracking import tracking_uri
+    from forge_ml.tracking import seed_sqlite_store, tracking_uri
 
     cfg = ctx.compose()
     uri = tracking_uri(cfg, ctx.project())
@@ -61,8 +61,11 @@ def run_ui(ctx: Context) -> int:
         console.print(f"the tracking server is already serving its UI: open {uri}")
         return EXIT_OK
     args = ctx.args
+    seed_sqlite_store(uri)
     console.print(f"MLflow UI for {uri} on http://{args.host}:{args.port} (Ctrl-C to stop)")
     argv = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
+    # MLflow's job runner serves its GenAI jobs, which forge-ml never submits: a process less.
+    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     os.execv(sys.executable, [*argv, "--host", args.host, "--port", str(args.port)])
     return EXIT_OK  # not reached
 

@@ -28,24 +28,15 @@ from pathlib import Path
 
 from forge_ml.config import OfflineCopyConfig
 from forge_ml.errors import InputError, RuntimeFault, describe
-from forge_ml.fileio import writer_gone, writer_tag
+from forge_ml.fileio import cache_root, writer_gone, writer_tag
 from forge_ml.models.generation import NO_HUB_KERNELS
 from forge_ml.models.provenance import BaseProvenance
 
 log = logging.getLogger(__name__)
 
-CACHE_ENV = "FORGE_ML_CACHE"
 PROVENANCE_FILE = "forge-provenance.json"
 FORMAT_VERSION = 1  # bump when the conversion below changes what it writes
 TEMP_SUFFIX = ".tmp"
-
-
-def cache_root() -> Path:
-    """forge-ml's cache: `FORGE_ML_CACHE`, else `$XDG_CACHE_HOME/forge-ml`, else ~/.cache/forge-ml."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "forge-ml"
 
 
 @dataclass(frozen=True)
