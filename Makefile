@@ -47,8 +47,9 @@ demo: $(STAMP)
 
 # Modules run in parallel, one whole module per worker (a module's fixtures are built once),
 # as many workers as cores, at most 4 (a third worker on 2 cores made the suite slower: it is
-# CPU-bound). PYTEST_PARALLEL= runs the modules one after another.
-PYTEST_PARALLEL ?= --numprocesses=auto --maxprocesses=4 --dist=loadfile
+# CPU-bound), the longest modules first (tests/conftest.py LONGEST_FIRST; xdist would otherwise
+# order them by their number of tests). PYTEST_PARALLEL= runs the modules one after another.
+PYTEST_PARALLEL ?= --numprocesses=auto --maxprocesses=4 --dist=loadfile --no-loadscope-reorder
 
 test: $(STAMP)
 	$(VPY) -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)

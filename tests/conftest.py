@@ -14,6 +14,15 @@ from forge_ml.project import Project, init_project
 
 pytest_plugins = ["reliability"]  # the `proof` fixture and --reliability-report (tests/reliability.py)
 
+# Compute threads per test: the suite's workers (pytest-xdist) share the cores, and torch's
+# OpenMP threads slow down sharply when oversubscribed (a Ray round beside a 2-thread training
+# took 200 s instead of 75 s on 2 cores). Every training the suite starts, in this process, in a
+# CLI subprocess or in a Ray worker, gets the worker's share; OMP_NUM_THREADS covers the
+# processes that leave training.threads at 0.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+THREADS = max(1, (os.cpu_count() or 1) // WORKERS)
+os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
+
 # A smaller tiny model and one short epoch: enough to exercise every stage quickly.
 FAST = [
     "model.tiny.hidden_size=64",
@@ -21,8 +30,12 @@ FAST = [
     "model.tiny.vocab_size=512",
     "training.epochs=2",
     "training.batch_size=16",
-    "training.threads=2",
+    f"training.threads={THREADS}",
     "eval.max_new_tokens=24",
+    # one trial at a time: each concurrent trial is a Ray actor importing torch, transformers, TRL
+    # and PEFT (~6 s of CPU), and the suite's workers already keep the cores busy; the tests of
+    # concurrency (test_tuning, test_cluster, test_real_model) set 2
+    "tune.max_concurrent_trials=1",
 ]
 
 
@@ -50,10 +63,10 @@ def example_project(tmp_path: Path) -> Project:
 
 @pytest.fixture
 def small_project(tmp_path: Path) -> Project:
-    """drone-router with 240 training and 27 gold examples."""
+    """drone-router with 120 training and 18 gold examples, an even spread of its commands."""
     project = init_project(tmp_path / "small", example="drone-router")
-    shrink_jsonl(project.root / "dataset" / "canonical.jsonl", 240)
-    shrink_jsonl(project.root / "dataset" / "gold.jsonl", 27)
+    shrink_jsonl(project.root / "dataset" / "canonical.jsonl", 120)
+    shrink_jsonl(project.root / "dataset" / "gold.jsonl", 18)
     return project
 
 
@@ -87,21 +100,26 @@ def write_jsonl(path: Path, rows: list) -> None:
     )
 
 
-# The modules that take longest (seconds on 2 cores, from `--durations`), started first so that
-# parallel workers (`make test` runs pytest-xdist, one module per worker at a time) do not end
-# waiting on one long module picked up last.
+# The modules that take longest (test-time sums on 2 cores, `--durations=0`, 2026-12-04: 394 s,
+# 351, 236, 235, 210, 141, 140, 124, 117, 110, 90, 82, 69, 65), started first so that the
+# parallel workers do not end with one waiting on a long module picked up last. `make test`
+# runs pytest-xdist with --dist=loadfile --no-loadscope-reorder: one module per worker at a
+# time, in this order (xdist's default reorders modules by their number of tests).
 LONGEST_FIRST = (
-    "test_resilience.py",
     "test_real_model.py",
+    "test_resilience.py",
     "test_tuning.py",
-    "test_train_e2e.py",
     "test_plan_fuzz.py",
+    "test_train_e2e.py",
     "test_stopping.py",
-    "test_flywheel.py",
     "test_registry_commands.py",
+    "test_secret_paths.py",
     "test_audit_probe_pretrain.py",
-    "test_serving.py",
+    "test_data_commands.py",
     "test_cluster.py",
+    "test_push.py",
+    "test_serving.py",
+    "test_flywheel.py",
 )
 
 

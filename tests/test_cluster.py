@@ -104,6 +104,7 @@ def cluster(tmp_path_factory) -> Iterator[dict]:
 
 ROUND = [
     "tune",
+    *FAST,
     "lora.r=choice(4,8)",
     "training.learning_rate=tag(log, interval(1e-3, 1e-2))",
     "tune.num_samples=2",  # one trial per node, at once
@@ -112,7 +113,6 @@ ROUND = [
     "tune.resources.cpu=1",
     "tune.scheduler=fifo",
     "tracking=server",
-    *FAST,
 ]
 
 

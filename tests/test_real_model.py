@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, shrink_jsonl
+from conftest import THREADS, run_cli, shrink_jsonl
 from hub_stand_in import HubStandIn
 
 from forge_ml.models.offline_copy import PROVENANCE_FILE, file_sha256, find_shipped_file, prepare_offline_copy
@@ -36,7 +36,7 @@ REAL = [
     "training.epochs=3",
     "training.batch_size=4",
     "training.max_seq_length=128",
-    "training.threads=2",
+    f"training.threads={THREADS}",
     "eval.max_new_tokens=32",
     "eval.batch_size=24",
 ]

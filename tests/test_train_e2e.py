@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import FAST, run_cli
+from conftest import FAST, THREADS, run_cli
 from flywheel_checks import secret_hits
 from mlflow import MlflowClient
 
@@ -20,6 +20,8 @@ SECRETS = {
 @pytest.mark.reliability
 def test_multirun_leaves_one_complete_run_per_job_then_eval_and_status(small_project, tmp_path, proof):
     root = small_project.root
+    gold = len((root / "dataset" / "gold.jsonl").read_text().splitlines())
+    shrunk = len((root / "dataset" / "canonical.jsonl").read_text().splitlines())
     elsewhere = tmp_path / "elsewhere"  # every path must resolve against the project, not the cwd
     elsewhere.mkdir()
     result = run_cli("-p", str(root), "train", "-m", "lora.r=4,8", *FAST, cwd=elsewhere, env=SECRETS)
@@ -36,7 +38,7 @@ def test_multirun_leaves_one_complete_run_per_job_then_eval_and_status(small_pro
         assert run.info.status == "FINISHED"
         params = run.data.params
         assert params["training.epochs"] == "2" and params["model.tiny.hidden_size"] == "64"
-        assert params["eval.scorer"] == "json_cmd" and int(params["data.gold_size"]) == 27
+        assert params["eval.scorer"] == "json_cmd" and int(params["data.gold_size"]) == gold
         for metric in ("train/loss", "dev/loss"):
             history = client.get_metric_history(run.info.run_id, metric)
             assert [m.step for m in history] == [1, 2], metric
@@ -69,14 +71,14 @@ def test_multirun_leaves_one_complete_run_per_job_then_eval_and_status(small_pro
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((root / "output" / "eval_results.json").read_text())
     assert report["accuracy"] == pytest.approx(last["gold_accuracy"])
-    assert report["total"] == 27 and report["failure_count"] == 27 - report["correct"]
+    assert report["total"] == gold and report["failure_count"] == gold - report["correct"]
     failures = (root / "output" / "eval_failures.jsonl").read_text().splitlines()
     assert len(failures) == report["failure_count"]
 
     status = run_cli("status", cwd=root)
     assert status.returncode == 0, status.stderr
     canonical = len((root / "dataset" / "canonical.jsonl").read_text().splitlines())
-    assert canonical == 240 + 30  # the 30 seed examples were merged on first use
+    assert canonical == shrunk + 30  # the 30 seed examples were merged on first use
     assert f"canonical │ {canonical}" in status.stdout
     assert "latest eval (gold)" in status.stdout and "train (" in status.stdout
 
@@ -84,7 +86,7 @@ def test_multirun_leaves_one_complete_run_per_job_then_eval_and_status(small_pro
 @pytest.mark.slow
 def test_demo_config_learns_the_task_well_above_chance(example_project):
     """`forge-ml train` on the full drone-router example (its 1138 pre-generated examples; 9 commands: chance ~0.11)."""
-    result = run_cli("train", "training.threads=2", cwd=example_project.root)
+    result = run_cli("train", f"training.threads={THREADS}", cwd=example_project.root)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((example_project.root / "output" / "eval_results.json").read_text())
     assert report["total"] == 100

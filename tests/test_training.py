@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import THREADS
 
 from forge_ml.config import ForgeConfig, TinyModelConfig
 from forge_ml.data.chat import IGNORE_INDEX, sft_dataset, tokenize_for_sft
@@ -29,7 +30,7 @@ def setup(tmp_path):
     cfg.training.epochs = 2
     cfg.training.batch_size = 4
     cfg.training.learning_rate = 1e-2
-    cfg.training.threads = 2
+    cfg.training.threads = THREADS
     ref = BaseModelRef(str(path), None, True)
     tokenizer = load_tokenizer(ref, cfg.model, Project(tmp_path))
     return cfg, ref, tokenizer
