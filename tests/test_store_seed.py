@@ -103,3 +103,17 @@ def test_racing_first_commands_leave_one_whole_store(tmp_path, cache):
     for path in paths:
         assert schema(Path(path)) == schema(tmp_path / "warm.db")
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_seeding_killed_before_its_link_leaves_nothing_behind(tmp_path, cache):
+    import socket
+    import subprocess
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid no process has now
+    host = socket.gethostname().replace(".", "_") or "localhost"
+    orphan = tmp_path / f".mlflow.db.{dead.pid}@{host}.tmp"
+    orphan.write_bytes(b"half a copy")
+    seed_sqlite_store(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert not orphan.exists() and (tmp_path / "mlflow.db").is_file()
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
