@@ -10,6 +10,7 @@ import pytest
 from mlflow import MlflowClient
 
 from forge_ml.config import ForgeConfig
+from forge_ml.fileio import writer_tag
 from forge_ml.project import Project
 from forge_ml.tracking import Tracker, seed_sqlite_store
 
@@ -106,12 +107,11 @@ def test_racing_first_commands_leave_one_whole_store(tmp_path, cache):
 
 
 def test_a_seeding_killed_before_its_link_leaves_nothing_behind(tmp_path, cache):
-    import socket
     import subprocess
 
     dead = subprocess.Popen(["true"])
     dead.wait()  # a pid no process has now
-    host = socket.gethostname().replace(".", "_") or "localhost"
+    host = writer_tag().partition("@")[2]  # this host, as the project's temp names spell it
     orphan = tmp_path / f".mlflow.db.{dead.pid}@{host}.tmp"
     orphan.write_bytes(b"half a copy")
     seed_sqlite_store(f"sqlite:///{tmp_path / 'mlflow.db'}")
