@@ -20,6 +20,7 @@ from forge_ml import __version__, stopping
 from forge_ml.commands import Command, Context, all_commands
 from forge_ml.console import console, results
 from forge_ml.errors import ForgeError, RuntimeFault, describe, error_exit_code
+from forge_ml.progress import set_quiet
 from forge_ml.secrets import RedactingFilter, redact_text
 
 log = logging.getLogger("forge_ml")
@@ -173,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     command = next(c for c in commands if c.name == args.command)
     ctx = Context(args, extra, json=args.json)
+    set_quiet(args.json)
     if not args.json:
         return _run(command, ctx)[0]
     stdout = sys.stdout

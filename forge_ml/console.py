@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 LOG_MAX_BYTES = 10 * 2**20  # a mirrored log is rotated to `<name>.1` past this size
 
@@ -88,22 +87,6 @@ def mirrored_to(path: Path, max_bytes: int = LOG_MAX_BYTES) -> Iterator[None]:
         for target in (console, results):
             target.mirrors.remove(mirror)
         log.close()
-
-
-@contextmanager
-def progress(description: str, total: int) -> Iterator[Callable[[int], None]]:
-    """Yield an `advance(n)` callback driving a progress bar on stderr."""
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=not console.is_terminal,
-    ) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda n: bar.advance(task, n)
 
 
 def print_table(title: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:

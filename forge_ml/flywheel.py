@@ -266,7 +266,7 @@ class Flywheel:
         run.set_tags({"forge.data.canonical_hash": result.dataset_hash})
         if cfg.tracking.log_datasets:
             canonical = self.project.resolve(cfg.task.canonical_path)
-            run.log_dataset("canonical", data.train + data.dev, result.dataset_hash, canonical, "training")
+            run.log_dataset("canonical", data.frame("all"), result.dataset_hash, canonical, "training")
         state.augment = AugmentSummary(result.added, result.size, result.dataset_hash, result.writer)
         state.stage = "augmented"
         save_state(self.project, state)

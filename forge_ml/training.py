@@ -77,8 +77,13 @@ def trainer_arguments(cfg: ForgeConfig, output_dir: Path, *, tqdm: bool) -> dict
     }
 
 
-def sft_config(cfg: ForgeConfig, output_dir: Path, *, tqdm: bool = True, checkpoints: bool = False) -> Any:
+def sft_config(
+    cfg: ForgeConfig, output_dir: Path, *, tqdm: bool = True, checkpoints: bool = False, prepared: bool = True
+) -> Any:
     """Return TRL's SFTConfig for `cfg`: evaluate each epoch, report to no one.
+
+    `prepared`: the datasets come from `data.tokens` (fitted to max_length by `fit_to_length`),
+    so TRL's own per-row preparation is skipped.
 
     With `checkpoints`, a full trainer checkpoint (adapter, optimizer, scheduler, RNG) is
     written to `output_dir` after every epoch's evaluation, for resuming a crashed trial.
@@ -94,6 +99,7 @@ def sft_config(cfg: ForgeConfig, output_dir: Path, *, tqdm: bool = True, checkpo
         save_strategy="epoch" if checkpoints else "no",
         save_total_limit=1 if checkpoints else None,
         remove_unused_columns=True,
+        dataset_kwargs={"skip_prepare_dataset": prepared},
     )
 
 
@@ -140,10 +146,6 @@ class _EpochMetrics:
                 self.hook({k: v for k, v in metrics.items() if k != "epoch"}, epoch)
 
 
-def count_tokens(dataset: Any) -> int:
-    return sum(len(ids) for ids in dataset["input_ids"])
-
-
 def train_sft(
     cfg: ForgeConfig,
     model: Any,
@@ -169,13 +171,23 @@ def train_sft(
     import torch
     from trl import SFTTrainer
 
+    from forge_ml.data.tokens import fit_to_length, token_count
+
     if cfg.training.threads:
         torch.set_num_threads(cfg.training.threads)
     outcome = TrainOutcome(output_dir=output_dir)
     metrics = _EpochMetrics(on_epoch, outcome.history, on_checkpoint)
+    prepared = "length" in train_dataset.column_names  # else input_ids and labels only: TRL prepares them
     args = sft_config(
-        cfg, scratch_dir or output_dir / "trainer", tqdm=tqdm, checkpoints=on_checkpoint is not None
+        cfg,
+        scratch_dir or output_dir / "trainer",
+        tqdm=tqdm,
+        checkpoints=on_checkpoint is not None,
+        prepared=prepared,
     )
+    if prepared:
+        train_dataset = fit_to_length(train_dataset, cfg.training.max_seq_length)
+        dev_dataset = fit_to_length(dev_dataset, cfg.training.max_seq_length)
     trainer = SFTTrainer(
         model=model,
         args=args,
@@ -195,7 +207,12 @@ def train_sft(
         len(trainer.train_dataset) / (cfg.training.batch_size * cfg.training.grad_accum)
     )
     epochs_done = (result.global_step - start_step) / steps_per_epoch if steps_per_epoch else 0
-    outcome.train_tokens = int(count_tokens(trainer.train_dataset) * epochs_done)
+    tokens = (
+        token_count(train_dataset)
+        if prepared
+        else sum(len(ids) for ids in trainer.train_dataset["input_ids"])
+    )
+    outcome.train_tokens = int(tokens * epochs_done)
     trainer.model.save_pretrained(str(output_dir))
     tokenizer.save_pretrained(str(output_dir))
     outcome.model = trainer.model

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from forge_ml.config import TaskConfig
 from forge_ml.data.examples import Example, dataset_hash, normalize_text, read_examples
-from forge_ml.data.project_data import dedup, load_project_data, split_dev
+from forge_ml.data.project_data import load_project_data
 from forge_ml.errors import InputError
 
 
@@ -66,25 +66,6 @@ def test_normalize_text_ignores_case_spacing_and_edge_punctuation():
     assert normalize_text("go to alpha, then land") != normalize_text("go to alpha then land")
 
 
-def test_dedup_keeps_first_of_each_normalized_text():
-    kept, dropped = dedup([Example("Land now", "a"), Example("land now!", "b"), Example("hover", "c")])
-    assert [(e.user, e.assistant) for e in kept] == [("Land now", "a"), ("hover", "c")]
-    assert dropped == 1
-
-
-def test_dev_split_is_deterministic_bounded_and_stable_as_data_grows():
-    examples = [Example(f"instruction {i}", "x") for i in range(200)]
-    train, dev = split_dev(examples, fraction=0.1, dev_min=5, dev_max=15, seed=0)
-    assert len(dev) == 15 and len(train) == 185
-    assert split_dev(examples, fraction=0.1, dev_min=5, dev_max=15, seed=0)[1] == dev
-    assert {e.key for e in dev}.isdisjoint(e.key for e in train)
-    # growing canonical keeps earlier dev examples in dev (uncapped)
-    _, dev_small = split_dev(examples[:100], fraction=0.2, dev_min=1, dev_max=1000, seed=0)
-    _, dev_big = split_dev(examples, fraction=0.2, dev_min=1, dev_max=1000, seed=0)
-    assert len({e.key for e in dev_small} & {e.key for e in dev_big}) >= 0.8 * len(dev_small)
-    assert split_dev(examples, fraction=0.1, dev_min=5, dev_max=15, seed=1)[1] != dev
-
-
 def test_dataset_hash_tracks_content():
     a = [Example("a", "1"), Example("b", "2")]
     assert dataset_hash(a) == dataset_hash([Example("a", "1"), Example("b", "2")])
@@ -99,6 +80,33 @@ def project(tmp_path):
     project = init_project(tmp_path / "p")
     write_jsonl(project.root / "dataset" / "gold.jsonl", [rec("gold one"), rec("gold two")])
     return project
+
+
+def test_dedup_keeps_first_of_each_normalized_text(project):
+    write_jsonl(
+        project.root / "dataset" / "canonical.jsonl",
+        [rec("Land now", "a"), rec("land now!", "b"), rec("hover", "c")],
+    )
+    data = load_project_data(project, TaskConfig(dev_min=1))
+    assert sorted((e.user, e.assistant) for e in data.train + data.dev) == [("Land now", "a"), ("hover", "c")]
+    assert data.duplicates_dropped == 1
+
+
+def _split(project, n: int, **task) -> tuple[set[str], set[str]]:
+    write_jsonl(project.root / "dataset" / "canonical.jsonl", [rec(f"instruction {i}") for i in range(n)])
+    data = load_project_data(project, TaskConfig(**task))
+    return {e.key for e in data.train}, {e.key for e in data.dev}
+
+
+def test_dev_split_is_deterministic_bounded_and_stable_as_data_grows(project):
+    train, dev = _split(project, 200, dev_fraction=0.1, dev_min=5, dev_max=15)
+    assert len(dev) == 15 and len(train) == 185 and dev.isdisjoint(train)
+    assert _split(project, 200, dev_fraction=0.1, dev_min=5, dev_max=15)[1] == dev
+    # growing canonical keeps earlier dev examples in dev (uncapped)
+    _, dev_small = _split(project, 100, dev_fraction=0.2, dev_min=1, dev_max=1000)
+    _, dev_big = _split(project, 200, dev_fraction=0.2, dev_min=1, dev_max=1000)
+    assert len(dev_small & dev_big) >= 0.8 * len(dev_small)
+    assert _split(project, 200, dev_fraction=0.1, dev_min=5, dev_max=15, split_seed=1)[1] != dev
 
 
 def test_seed_is_merged_into_canonical_once(project):

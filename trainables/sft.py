@@ -46,6 +46,9 @@ def sft_trial(config: dict[str, Any], context: TrialContext) -> None:
     import ray
     from ray import tune
 
+    from forge_ml.progress import set_quiet
+
+    set_quiet(True)  # a trial reports through Ray Tune, not its stderr
     cfg = with_overrides(context.config, config)
     cfg.training.threads = max(1, int(cfg.tune.resources.cpu))
     checkpoint = tune.get_checkpoint()

@@ -7,7 +7,6 @@ trained to produce after the prompt are exactly those it must generate at eval t
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +17,6 @@ from forge_ml.models.generation import build_messages, render_prompt
 log = logging.getLogger(__name__)
 
 IGNORE_INDEX = -100
-PASS_LOG_ENV = "FORGE_TOKENIZE_LOG"  # bench hook: append "pid examples" per tokenisation pass
 
 
 def render_completion(
@@ -44,9 +42,6 @@ def tokenize_for_sft(
     examples: Sequence[Example], tokenizer: Any, system_prompt: str, *, system_role: bool = True
 ) -> dict[str, list[list[int]]]:
     """Return columns `input_ids` and `labels` (prompt tokens masked with -100)."""
-    if os.environ.get(PASS_LOG_ENV):
-        with open(os.environ[PASS_LOG_ENV], "a", encoding="utf-8") as log:
-            log.write(f"{os.getpid()} {len(examples)}\n")
     input_ids, labels = [], []
     for ex in examples:
         prompt = render_prompt(tokenizer, system_prompt, ex.user, system_role=system_role)
@@ -66,13 +61,20 @@ def check_lengths(columns: dict[str, list[list[int]]], max_length: int, name: st
     "num_samples=0" from the data loader, after the model is loaded.
     """
     lengths = [len(ids) for ids in columns["input_ids"]]
-    if not lengths:
-        return
     answer_starts = [
         next((i for i, t in enumerate(lab) if t != IGNORE_INDEX), len(lab)) for lab in columns["labels"]
     ]
-    lost = sum(start >= max_length for start in answer_starts)
-    cut = sum(n > max_length for n in lengths)
+    check_lengths_of(lengths, answer_starts, max_length, name)
+
+
+def check_lengths_of(
+    lengths: Sequence[int], answer_starts: Sequence[int], max_length: int, name: str
+) -> None:
+    """`check_lengths` on each example's token count and the position its answer starts at."""
+    if not len(lengths):
+        return
+    lost = sum(int(start) >= max_length for start in answer_starts)
+    cut = sum(int(n) > max_length for n in lengths)
     span = f"{min(lengths)}-{max(lengths)} tokens with this tokenizer"
     if lost == len(lengths):
         raise InputError(
@@ -104,7 +106,11 @@ def sft_dataset(
     """
     from datasets import Dataset
 
-    columns = tokenize_for_sft(examples, tokenizer, system_prompt, system_role=system_role)
+    columns: dict[str, list] = dict(
+        tokenize_for_sft(examples, tokenizer, system_prompt, system_role=system_role)
+    )
     if max_length is not None:
         check_lengths(columns, max_length, name)
+    columns["prompt_len"] = [sum(1 for t in labels if t == IGNORE_INDEX) for labels in columns["labels"]]
+    columns["length"] = [len(ids) for ids in columns["input_ids"]]
     return Dataset.from_dict(columns)

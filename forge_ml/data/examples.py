@@ -14,6 +14,8 @@ from forge_ml.errors import InputError
 
 ROLES = ("user", "assistant")
 MAX_LINE_BYTES = 1_000_000
+PROGRESS_EVERY = 4096  # lines read between progress updates
+BLANK = object()  # what `decode_line` returns for a line with nothing on it
 
 
 @dataclass
@@ -94,25 +96,37 @@ def parse_record(record: Any, where: str) -> Example:
     return Example(user=turns["user"], assistant=turns["assistant"], meta=meta, origin=where)
 
 
+def decode_line(raw: bytes, where: str) -> Any:
+    """Return the JSON record on one raw line (`BLANK` for a blank line); InputError names `where`."""
+    if len(raw) > MAX_LINE_BYTES:
+        raise InputError(f"{where}: line is {len(raw)} bytes, over the {MAX_LINE_BYTES} byte limit")
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{where}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    if not line.strip():
+        return BLANK
+    try:
+        return json.loads(line.rstrip("\r\n"))
+    except json.JSONDecodeError as exc:
+        msg = exc.msg.removesuffix(" at")  # "Unterminated string starting at" names no place itself
+        raise InputError(f"{where}: not valid JSON ({msg} at column {exc.colno})") from None
+
+
 def read_jsonl(path: Path) -> list[tuple[str, Any]]:
     """Return the decoded lines of a JSONL file as ("file:line", record); InputError names the bad line."""
-    records = []
-    with path.open("rb") as fh:
+    from forge_ml.progress import Stage
+
+    records, number = [], 0
+    with path.open("rb") as fh, Stage(f"reading {path.name}", unit="lines") as stage:
         for number, raw in enumerate(fh, start=1):
             where = f"{path}:{number}"
-            if len(raw) > MAX_LINE_BYTES:
-                raise InputError(f"{where}: line is {len(raw)} bytes, over the {MAX_LINE_BYTES} byte limit")
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(f"{where}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-            if not line.strip():
-                continue
-            try:
-                records.append((where, json.loads(line.rstrip("\r\n"))))
-            except json.JSONDecodeError as exc:
-                msg = exc.msg.removesuffix(" at")  # "Unterminated string starting at" names no place itself
-                raise InputError(f"{where}: not valid JSON ({msg} at column {exc.colno})") from None
+            record = decode_line(raw, where)
+            if record is not BLANK:
+                records.append((where, record))
+            if number % PROGRESS_EVERY == 0:
+                stage.advance(PROGRESS_EVERY)
+        stage.advance(number % PROGRESS_EVERY)
     return records
 
 

@@ -2,45 +2,97 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
 from forge_ml.config import TaskConfig
 from forge_ml.data.examples import Example, dataset_hash, read_examples
+from forge_ml.data.table import KEY_BYTES, ExampleTable, Rows, key_digest, load_table, table_examples
 from forge_ml.errors import InputError
 from forge_ml.fileio import atomic_write_jsonl
 from forge_ml.project import Project, ProjectLock, read_utf8
 
 log = logging.getLogger(__name__)
 MAX_OFFENDERS_SHOWN = 5
+TOKENIZER_TEXT_EXAMPLES = 20_000  # training examples the tiny model's tokenizer learns from, at most
 
 
 @dataclass
 class ProjectData:
+    """The project's data for one run: canonical (+ seed) as an Arrow table, its dev split, and gold.
+
+    `rows` is canonical's cached table with the seed's new examples after it; `train_rows` and
+    `dev_rows` index it in file order. `train` and `dev` give the rows as Examples (dev is
+    bounded by `task.dev_max`; `train` materialises the whole set, so the training path reads
+    `rows` instead).
+    """
+
     system_prompt: str
-    train: list[Example]
-    dev: list[Example]
+    rows: Any  # pyarrow.Table with table.schema()
+    train_rows: Any  # numpy int64 indices into rows
+    dev_rows: Any
     gold: list[Example]
     duplicates_dropped: int
     seed_merged: int  # seed examples new to canonical (written by the load, or by merge_seed)
+    source: Path = Path()
     unwritten_seed: list[Example] = field(default_factory=list)  # load_project_data(write_seed=False)
 
     @property
+    def train_size(self) -> int:
+        return len(self.train_rows)
+
+    @functools.cached_property
+    def train(self) -> list[Example]:
+        return self._examples(self.train_rows)
+
+    @functools.cached_property
+    def dev(self) -> list[Example]:
+        return self._examples(self.dev_rows)
+
+    def _examples(self, indices: Any) -> list[Example]:
+        return table_examples(self.rows, self.source, indices)
+
+    @functools.cached_property
     def hashes(self) -> dict[str, str]:
+        """Content hashes: train and dev over their rows' record digests (order-sensitive, meta
+        included), gold with `dataset_hash` (the registry compares it across versions)."""
         return {
-            "train": dataset_hash(self.train),
-            "dev": dataset_hash(self.dev),
+            "train": rows_hash(self.rows, self.train_rows),
+            "dev": rows_hash(self.rows, self.dev_rows),
             "gold": dataset_hash(self.gold),
         }
 
-    def training_text(self) -> list[str]:
-        """Text a locally built tokenizer may learn from: never gold."""
+    def frame(self, split: Literal["train", "dev", "all"]) -> Any:
+        """The split as a pandas DataFrame (user, assistant, category), for MLflow's dataset inputs."""
+        rows = {"train": self.train_rows, "dev": self.dev_rows, "all": None}[split]
+        table = self.rows if rows is None else self.rows.take(rows)
+        return table.select(["user", "assistant", "category"]).to_pandas()
+
+    def training_text(self, *, limit: int | None = TOKENIZER_TEXT_EXAMPLES) -> list[str]:
+        """Text a locally built tokenizer may learn from, never gold: the system prompt and the first
+        `limit` examples of canonical in file order (train and dev; all of them with None).
+
+        Appending examples never changes the first `limit`, so past that size the tiny model, its
+        tokenizer and the token cache stay as they are while canonical grows.
+        """
+        table = self.rows if limit is None else self.rows.slice(0, limit)
         texts = [self.system_prompt]
-        for ex in self.train + self.dev:
-            texts.extend((ex.user, ex.assistant))
+        for user, answer in zip(table.column("user").to_pylist(), table.column("assistant").to_pylist()):
+            texts.extend((user, answer))
         return texts
+
+
+def rows_hash(rows: Any, indices: Any) -> str:
+    """sha256 over the record digests of `rows` at `indices`, in that order."""
+    import numpy as np
+
+    column = rows.column("record").combine_chunks()
+    digests = np.frombuffer(column.buffers()[1], dtype="S32", count=len(column), offset=column.offset * 32)
+    return hashlib.sha256(digests[np.asarray(indices, dtype=np.int64)].tobytes()).hexdigest()
 
 
 def read_system_prompt(project: Project, task: TaskConfig) -> str:
@@ -64,7 +116,23 @@ def read_gold(project: Project, task: TaskConfig) -> list[Example]:
 def check_gold_overlap(examples: list[Example], gold: list[Example]) -> None:
     """Refuse training data whose user text matches a gold input."""
     gold_keys = {ex.key for ex in gold}
-    offenders = [ex for ex in examples if ex.key in gold_keys]
+    refuse_gold_matches([ex for ex in examples if ex.key in gold_keys])
+
+
+def check_rows_against_gold(rows: Any, source: Path, seed: list[Example], gold: list[Example]) -> None:
+    """`check_gold_overlap` for canonical's cached rows (by their key digests, in Arrow) and the seed."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    gold_keys = {key_digest(ex.key) for ex in gold}
+    hits = pc.is_in(rows.column("key"), value_set=pa.array(list(gold_keys), type=pa.binary(KEY_BYTES)))
+    # (numpy: pyarrow 25's indices_nonzero crashes on a chunked array with no chunks)
+    offenders = table_examples(rows, source, np.flatnonzero(hits.to_numpy(zero_copy_only=False)))
+    refuse_gold_matches(offenders + [ex for ex in seed if key_digest(ex.key) in gold_keys])
+
+
+def refuse_gold_matches(offenders: list[Example]) -> None:
     if offenders:
         shown = "\n  ".join(f"{ex.origin}: {ex.user[:80]!r}" for ex in offenders[:MAX_OFFENDERS_SHOWN])
         raise InputError(
@@ -73,87 +141,97 @@ def check_gold_overlap(examples: list[Example], gold: list[Example]) -> None:
         )
 
 
-def dedup(examples: list[Example]) -> tuple[list[Example], int]:
-    """Return examples with the first of each normalised user text kept, and the count dropped."""
-    seen: set[str] = set()
-    kept = []
-    for ex in examples:
-        if ex.key not in seen:
-            seen.add(ex.key)
-            kept.append(ex)
-    return kept, len(examples) - len(kept)
+def dev_size(n: int, *, fraction: float, dev_min: int, dev_max: int) -> int:
+    if n < 2:
+        raise InputError(f"{n} training example(s): at least 2 are needed (one for the dev split)")
+    return min(max(round(n * fraction), dev_min), dev_max, n - 1)
 
 
-def split_dev(
-    examples: list[Example], *, fraction: float, dev_min: int, dev_max: int, seed: int
-) -> tuple[list[Example], list[Example]]:
-    """Return (train, dev): dev holds the examples ranked lowest by a seeded hash of their user text.
+def split_rows(rows: Any, task: TaskConfig) -> tuple[Any, Any]:
+    """Return (train, dev) row indices in file order: dev holds the rows ranked lowest by a seeded
+    hash of their user text, so an example's side never changes as canonical grows (only the dev
+    set's size, by `task.dev_fraction`, can move one)."""
+    import numpy as np
+    import pyarrow.compute as pc
 
-    The rank of an example never changes as canonical grows, so the dev split is stable
-    across rounds; both lists keep the file order.
-    """
-    if len(examples) < 2:
-        raise InputError(
-            f"{len(examples)} training example(s): at least 2 are needed (one for the dev split)"
-        )
-    size = min(max(round(len(examples) * fraction), dev_min), dev_max, len(examples) - 1)
-
-    def rank(ex: Example) -> str:
-        return hashlib.sha256(f"{seed}\x00{ex.key}".encode()).hexdigest()
-
-    dev_keys = {ex.key for ex in sorted(examples, key=rank)[:size]}
-    train = [ex for ex in examples if ex.key not in dev_keys]
-    dev = [ex for ex in examples if ex.key in dev_keys]
+    n = rows.num_rows
+    size = dev_size(n, fraction=task.dev_fraction, dev_min=task.dev_min, dev_max=task.dev_max)
+    dev = np.sort(pc.bottom_k_unstable(rows.column("rank"), k=size).to_numpy())
+    train = np.setdiff1d(np.arange(n, dtype=np.int64), dev, assume_unique=True)
     return train, dev
 
 
 def load_project_data(project: Project, task: TaskConfig, *, write_seed: bool = True) -> ProjectData:
     """Return the project's train/dev/gold data, merging seed into canonical on first use.
 
-    With `write_seed=False` the seed's new examples are in the data but not yet in canonical's file:
-    a caller that checks more before it commits to a run (the tokenised lengths) then calls
-    `merge_seed`, so a refused run leaves the project as it was.
+    Canonical comes from its Arrow cache (`table.load_table`: parsed once, then only what is
+    appended). With `write_seed=False` the seed's new examples are in the data but not yet in
+    canonical's file: a caller that checks more before it commits to a run (the tokenised
+    lengths) then calls `merge_seed`, so a refused run leaves the project as it was.
     """
+    import pyarrow as pa
+
     system_prompt = read_system_prompt(project, task)
     gold = read_gold(project, task)
     canonical_path = project.resolve(task.canonical_path)
-    canonical = read_examples(canonical_path, required=False)
+    canonical = load_table(canonical_path, project.output, split_seed=task.split_seed)
     seed = read_examples(project.resolve(task.seed_path), required=False)
-    check_gold_overlap(canonical + seed, gold)
+    check_rows_against_gold(canonical.table, canonical_path, seed, gold)
 
-    known = {ex.key for ex in canonical}
-    new_seed = [ex for ex in seed if ex.key not in known]
-    for ex in new_seed:
-        ex.meta.setdefault("source", "seed")
-    merged = canonical + new_seed
-
-    examples, dropped = dedup(merged)
+    new_seed, seed_rows, seed_dropped = _new_seed(canonical, seed, task.split_seed)
+    rows = pa.concat_tables([canonical.table, pa.Table.from_batches([seed_rows.batch()])])
+    dropped = canonical.manifest.dropped + seed_dropped
     if dropped:
         log.warning(
             "%s: dropped %d duplicate example(s) (same normalised user text)", canonical_path, dropped
         )
-    if not examples:
+    if rows.num_rows == 0:
         raise InputError(f"{canonical_path}: no training examples; add lines to the seed or canonical set")
-    if len(examples) < 2:
+    if rows.num_rows < 2:
         raise InputError(
-            f"{canonical_path}: {len(examples)} training example(s) with seed merged; "
+            f"{canonical_path}: {rows.num_rows} training example(s) with seed merged; "
             "at least 2 are needed (one for the dev split)"
         )
-    train, dev = split_dev(
-        examples, fraction=task.dev_fraction, dev_min=task.dev_min, dev_max=task.dev_max, seed=task.split_seed
-    )
+    train, dev = split_rows(rows, task)
     data = ProjectData(
         system_prompt=system_prompt,
-        train=train,
-        dev=dev,
+        rows=rows,
+        train_rows=train,
+        dev_rows=dev,
         gold=gold,
         duplicates_dropped=dropped,
         seed_merged=len(new_seed),
+        source=canonical_path,
         unwritten_seed=new_seed,
     )
     if write_seed:  # written only once the data is known to be usable: a refused run changes nothing
         merge_seed(project, task, data)
     return data
+
+
+def _new_seed(
+    canonical: ExampleTable, seed: list[Example], split_seed: int
+) -> tuple[list[Example], Rows, int]:
+    """The seed's examples new to canonical (first of each user text), as Examples and rows; and the repeats left out."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = [key_digest(ex.key) for ex in seed]
+    in_canonical = pc.is_in(
+        pa.array(keys, type=pa.binary(KEY_BYTES)), value_set=canonical.column("key").combine_chunks()
+    ).to_pylist()
+    new_seed, rows, seen, dropped = [], Rows.empty(), set(), 0
+    for ex, key, known in zip(seed, keys, in_canonical):
+        if known:
+            continue
+        if key in seen:
+            dropped += 1
+            continue
+        seen.add(key)
+        ex.meta.setdefault("source", "seed")
+        new_seed.append(ex)
+        rows.add(ex, 0, key, split_seed)
+    return new_seed, rows, dropped
 
 
 def merge_seed(project: Project, task: TaskConfig, data: ProjectData) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from forge_ml.config import EvalConfig
-from forge_ml.console import progress
 from forge_ml.data.examples import Example
 from forge_ml.evaluation.report import EvalReport, score_outputs
 from forge_ml.evaluation.scorers import Scorer
 from forge_ml.models.generation import generate_batched, render_prompt
+from forge_ml.progress import Stage
 
 
 def evaluate_examples(
@@ -25,13 +25,13 @@ def evaluate_examples(
 ) -> EvalReport:
     """Return the eval report of `model` on `examples` (greedy decoding, left-padded batches)."""
     prompts = [render_prompt(tokenizer, system_prompt, ex.user, system_role=system_role) for ex in examples]
-    with progress(f"generating ({label})", len(prompts)) as advance:
+    with Stage(f"generating ({label})", unit="examples", total=len(prompts)) as stage:
         outputs = generate_batched(
             model,
             tokenizer,
             prompts,
             batch_size=cfg.batch_size,
             max_new_tokens=cfg.max_new_tokens,
-            on_batch=advance,
+            on_batch=stage.advance,
         )
     return score_outputs(examples, outputs, scorer, cfg)

@@ -181,10 +181,10 @@ def generate_answers(
     cfg: ForgeConfig, project: Project, target: ProbeTarget, items: list[ProbeItem], system_prompt: str
 ) -> list[str]:
     """Answer every question greedily, rendered with the project's system prompt and chat template."""
-    from forge_ml.console import progress
     from forge_ml.models.adapters import load_adapter
     from forge_ml.models.generation import generate_batched, render_prompt
     from forge_ml.models.loader import load_base_model, load_tokenizer
+    from forge_ml.progress import Stage
 
     tokenizer = load_tokenizer(target.tokenizer, cfg.model, project)
     model = load_base_model(target.base, cfg)
@@ -192,14 +192,14 @@ def generate_answers(
         model = load_adapter(model, target.adapter)
     role = cfg.model.system_role
     prompts = [render_prompt(tokenizer, system_prompt, item.question, system_role=role) for item in items]
-    with progress("generating (probe)", len(prompts)) as advance:
+    with Stage("generating (probe)", unit="examples", total=len(prompts)) as stage:
         return generate_batched(
             model,
             tokenizer,
             prompts,
             batch_size=cfg.eval.batch_size,
             max_new_tokens=cfg.eval.max_new_tokens,
-            on_batch=advance,
+            on_batch=stage.advance,
         )
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from forge_ml.config import ForgeConfig
 from forge_ml.console import console
-from forge_ml.data.chat import sft_dataset
 from forge_ml.data.project_data import ProjectData, load_project_data, merge_seed, read_gold
+from forge_ml.data.tokens import sft_datasets, token_cache
 from forge_ml.evaluation.evaluate import evaluate_examples
 from forge_ml.evaluation.report import EvalReport, write_report
 from forge_ml.evaluation.scorers import make_scorer
@@ -45,8 +45,8 @@ def _log_data(run: TrackedRun, cfg: ForgeConfig, project: Project, data: Project
     hashes = data.hashes
     run.log_params(
         {
-            "data.train_size": len(data.train),
-            "data.dev_size": len(data.dev),
+            "data.train_size": data.train_size,
+            "data.dev_size": len(data.dev_rows),
             "data.gold_size": len(data.gold),
             "data.duplicates_dropped": data.duplicates_dropped,
         }
@@ -55,8 +55,8 @@ def _log_data(run: TrackedRun, cfg: ForgeConfig, project: Project, data: Project
     if not cfg.tracking.log_datasets:
         return
     canonical = project.resolve(cfg.task.canonical_path)
-    run.log_dataset("train", data.train, hashes["train"], canonical, "training")
-    run.log_dataset("dev", data.dev, hashes["dev"], canonical, "validation")
+    run.log_dataset("train", data.frame("train"), hashes["train"], canonical, "training")
+    run.log_dataset("dev", data.frame("dev"), hashes["dev"], canonical, "validation")
     run.log_dataset("gold", data.gold, hashes["gold"], project.resolve(cfg.task.gold_path), "evaluation")
 
 
@@ -71,10 +71,8 @@ def run_train(
     base = resolve_base(cfg, project, data.training_text())
     tokenizer = load_tokenizer(base, cfg.model, project)
     role = cfg.model.system_role
-    limit = cfg.training.max_seq_length
-    train_ds = sft_dataset(data.train, tokenizer, data.system_prompt, system_role=role, max_length=limit)
-    dev_ds = sft_dataset(
-        data.dev, tokenizer, data.system_prompt, system_role=role, max_length=limit, name="dev"
+    tokens = sft_datasets(
+        data, tokenizer, system_role=role, max_length=cfg.training.max_seq_length, cache=token_cache(project)
     )
     merge_seed(project, cfg.task, data)  # the run is on: the seed joins canonical
 
@@ -94,8 +92,8 @@ def run_train(
             cfg,
             model,
             tokenizer,
-            train_ds,
-            dev_ds,
+            tokens.train,
+            tokens.dev,
             adapter_dir,
             on_epoch=run.log_metrics,
             peft_config=peft_config_for(cfg),

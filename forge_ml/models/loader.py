@@ -15,6 +15,7 @@ from forge_ml.models.offline_copy import prepare_offline_copy
 from forge_ml.models.provenance import BaseProvenance, local_provenance
 from forge_ml.models.source import is_local, resolve_model_source
 from forge_ml.models.tiny import build_tiny_model
+from forge_ml.progress import Stage
 from forge_ml.project import Project
 
 log = logging.getLogger(__name__)
@@ -194,7 +195,8 @@ def load_base_model(ref: BaseModelRef, cfg: ForgeConfig) -> Any:
         kwargs["quantization_config"] = quantization_config(cfg.lora)
         kwargs["device_map"] = {"": 0}
     try:
-        model = AutoModelForCausalLM.from_pretrained(ref.source, **kwargs)
+        with Stage(f"loading the base model ({Path(ref.source).name or ref.source})", unit="models"):
+            model = AutoModelForCausalLM.from_pretrained(ref.source, **kwargs)
     except (OSError, ValueError) as exc:
         raise _hub_error(ref, exc, cfg.project_dir) from exc
     if cfg.lora.method == "qlora":

@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from forge_ml.config import TinyModelConfig
+from forge_ml.progress import Stage
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +69,15 @@ def build_tiny_model(texts: Sequence[str], cfg: TinyModelConfig, cache_root: Pat
     target = cache_root / f"tiny-{tiny_model_hash(texts, cfg)}"
     if (target / "config.json").is_file():
         return target
+    log.info("building tiny model %s", target.name)
+    with Stage(f"building the tiny model {target.name} (tokenizer from {len(texts):,} texts)", unit="models"):
+        return _build(texts, cfg, cache_root, target)
+
+
+def _build(texts: Sequence[str], cfg: TinyModelConfig, cache_root: Path, target: Path) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    log.info("building tiny model %s", target.name)
     tokenizer = train_tokenizer(texts, cfg.vocab_size)
     config = LlamaConfig(
         vocab_size=len(tokenizer),

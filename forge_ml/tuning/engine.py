@@ -20,8 +20,8 @@ from typing import Any
 
 from forge_ml.config import ForgeConfig
 from forge_ml.console import console
-from forge_ml.data.chat import sft_dataset
 from forge_ml.data.project_data import load_project_data, merge_seed
+from forge_ml.data.tokens import in_memory, sft_datasets, token_cache
 from forge_ml.errors import ConfigError, RuntimeFault, describe
 from forge_ml.evaluation.scorers import make_scorer
 from forge_ml.hub import hub_snapshot
@@ -169,17 +169,14 @@ def run_round(
     role = cfg.model.system_role
     # with training.max_seq_length in the space the limit differs by trial: not checked here
     limit = None if "training.max_seq_length" in params else cfg.training.max_seq_length
+    tokens = sft_datasets(data, tokenizer, system_role=role, max_length=limit, cache=token_cache(project))
     context = TrialContext(
         config=cfg,
         base_source=base.source,
         base_revision=base.revision,
         tokenizer=tokenizer,
-        train_dataset=sft_dataset(
-            data.train, tokenizer, data.system_prompt, system_role=role, max_length=limit
-        ),
-        dev_dataset=sft_dataset(
-            data.dev, tokenizer, data.system_prompt, system_role=role, max_length=limit, name="dev"
-        ),
+        train_dataset=tokens.train,
+        dev_dataset=tokens.dev,
         dev_examples=data.dev,
         system_prompt=data.system_prompt,
     )
@@ -194,6 +191,9 @@ def run_round(
             base = base.with_commit(commit)  # versions name the commit trained on
         elif base.built_locally and nodes > 1:  # the tiny model exists on this machine only
             context.base_source = share_base(base.source, storage)
+        if nodes > 1:  # the token cache is on this machine: the trials get the rows through the object store
+            context.train_dataset = in_memory(context.train_dataset)
+            context.dev_dataset = in_memory(context.dev_dataset)
         name = name or next_round_name(tracker)
         searcher = make_searcher(cfg, params, warm_start or [], first_points or [])
         fit = _Fit(cfg, params, context, tracker, storage, name, searcher, track, restore_from, on_experiment)
