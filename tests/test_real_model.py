@@ -409,3 +409,40 @@ def test_a_two_trial_round_on_the_real_base_reads_it_from_the_cache(real_base, t
     assert rounds[0].data.tags["forge.base.sha256"] == real_base[1]["sha256"]
     assert len(trials) == 2 and all(t.info.status == "FINISHED" for t in trials)
     assert {t.data.tags["forge.base_path"] for t in trials} == {str(real_base[0])}
+
+
+def test_the_token_cache_encodes_as_the_real_tokenizer_does(real_base):
+    """SmolLM2's own tokenizer and chat template: the shared-prefix encoder gives the tokens of
+    `tokenize_for_sft` for any text, special-token look-alikes included, with and without a system role."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from transformers import AutoTokenizer
+
+    from forge_ml.data.chat import tokenize_for_sft
+    from forge_ml.data.examples import Example
+    from forge_ml.data.tokens import ChatEncoder
+
+    tokenizer = AutoTokenizer.from_pretrained(str(real_base[0]))
+    pieces = st.sampled_from(
+        ["<|im_start|>", "<|im_end|>", "assistant\n", " ", "\n", "é", "🚁", '{"cmd": 1}']
+    )
+    text = (
+        st.lists(st.one_of(st.text(max_size=10), pieces), min_size=1, max_size=5)
+        .map("".join)
+        .filter(str.strip)
+    )
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(pairs=st.lists(st.tuples(text, text), min_size=1, max_size=6), system_role=st.booleans())
+    def check(pairs, system_role):
+        expected = tokenize_for_sft(
+            [Example(u, a) for u, a in pairs], tokenizer, SYSTEM_PROMPT, system_role=system_role
+        )
+        encoder = ChatEncoder(tokenizer, SYSTEM_PROMPT, system_role)
+        assert encoder.prefix  # the shortcut is in use, not the fallback
+        ids, prompt_lens = encoder.encode([u for u, _ in pairs], [a for _, a in pairs])
+        assert ids == expected["input_ids"]
+        assert [[-100] * n + row[n:] for row, n in zip(ids, prompt_lens)] == expected["labels"]
+        assert encoder.prefix  # and it held: no batch fell back
+
+    check()
