@@ -85,6 +85,9 @@ class Stage:
         elapsed = time.monotonic() - self.started
         if _quiet or kind is not None or (elapsed < FIRST_REPORT_S and not self._reported):
             return
+        if self.count == 0 and self.total is None:  # a step without counts: its time alone
+            self._print(f"{self.description}: done in {elapsed:.1f} s")
+            return
         self._print(
             f"{self.description}: {self._progress()} in {elapsed:.1f} s ({_rate(self.count, elapsed)})"
         )

@@ -18,6 +18,7 @@ from forge_ml.project import Project, ProjectLock, read_utf8
 
 log = logging.getLogger(__name__)
 MAX_OFFENDERS_SHOWN = 5
+_warned: set[tuple[Path, int]] = set()  # (canonical, duplicates) already reported by this process
 TOKENIZER_TEXT_EXAMPLES = 20_000  # training examples the tiny model's tokenizer learns from, at most
 
 
@@ -181,7 +182,8 @@ def load_project_data(project: Project, task: TaskConfig, *, write_seed: bool = 
     new_seed, seed_rows, seed_dropped = _new_seed(canonical, seed, task.split_seed)
     rows = pa.concat_tables([canonical.table, pa.Table.from_batches([seed_rows.batch()])])
     dropped = canonical.manifest.dropped + seed_dropped
-    if dropped:
+    if dropped and (canonical_path, dropped) not in _warned:  # once per process, not at every load
+        _warned.add((canonical_path, dropped))
         log.warning(
             "%s: dropped %d duplicate example(s) (same normalised user text)", canonical_path, dropped
         )
