@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forge_ml.config import TaskConfig
-from forge_ml.data.examples import read_examples
+from forge_ml.data.examples import read_examples, version_hash
 from forge_ml.data.project_data import load_project_data
-from forge_ml.data.table import MANIFEST, cache_dir
+from forge_ml.data.table import MANIFEST, cache_dir, load_table
 from forge_ml.errors import InputError
 from forge_ml.project import init_project
 
@@ -101,7 +101,7 @@ def test_growing_canonical_reads_as_a_fresh_read_would(project, chunks, dev_frac
     task = TaskConfig(dev_fraction=dev_fraction, dev_min=1, dev_max=6, split_seed=split_seed)
     path = project.root / "dataset" / "canonical.jsonl"
     path.write_text("")
-    for folder in (cache_dir(project.output),):
+    for folder in (cache_dir(project.output, path),):
         for f in folder.glob("*") if folder.exists() else []:
             f.unlink()
     for chunk in chunks:
@@ -115,15 +115,17 @@ def test_growing_canonical_reads_as_a_fresh_read_would(project, chunks, dev_frac
         assert observed(data) == reference(path, task)
     if len(reference(path, task)[0]) + len(reference(path, task)[1]) < 2:
         return
-    manifest = json.loads((cache_dir(project.output) / MANIFEST).read_text())
+    manifest = json.loads((cache_dir(project.output, path) / MANIFEST).read_text())
     assert manifest["size"] == path.stat().st_size
     incremental = load_project_data(project, task)
-    for f in cache_dir(project.output).glob("*"):
+    for f in cache_dir(project.output, path).glob("*"):
         f.unlink()
     cold = load_project_data(project, task)
     assert observed(cold) == observed(incremental)
     assert cold.hashes == incremental.hashes
-    assert len(list(cache_dir(project.output).glob("*.arrow"))) == 1  # older tables are removed
+    table = load_table(path, project.output, split_seed=split_seed)
+    assert table.digest() == version_hash(read_examples(path))  # the version hash, from the cache
+    assert len(list(cache_dir(project.output, path).glob("*.arrow"))) == 1  # older tables are removed
 
 
 def test_only_appended_lines_are_parsed(project, monkeypatch):
@@ -173,13 +175,15 @@ def test_a_bad_appended_line_names_its_line_and_leaves_the_cache_usable(project)
     path = project.root / "dataset" / "canonical.jsonl"
     write_jsonl(path, [rec(f"instruction {i}") for i in range(10)])
     load_project_data(project, TaskConfig(dev_min=2))
-    manifest = (cache_dir(project.output) / MANIFEST).read_bytes()
+    manifest = (cache_dir(project.output, path) / MANIFEST).read_bytes()
     with path.open("a") as fh:
         fh.write(json.dumps(rec("fine")) + "\n" + "{not json\n")
     with pytest.raises(InputError, match=r"canonical.jsonl:12: not valid JSON"):
         load_project_data(project, TaskConfig(dev_min=2))
-    assert (cache_dir(project.output) / MANIFEST).read_bytes() == manifest
-    assert len(list(cache_dir(project.output).glob("*.arrow"))) == 1  # the failed table is not left behind
+    assert (cache_dir(project.output, path) / MANIFEST).read_bytes() == manifest
+    assert (
+        len(list(cache_dir(project.output, path).glob("*.arrow"))) == 1
+    )  # the failed table is not left behind
     path.write_text(path.read_text().replace("{not json\n", json.dumps(rec("mended")) + "\n"))
     data = load_project_data(project, TaskConfig(dev_min=2))
     assert data.train_size + len(data.dev_rows) == 12

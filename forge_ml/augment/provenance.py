@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from forge_ml.config import ForgeConfig
-from forge_ml.data.examples import Example, dataset_hash
+from forge_ml.data.table import ExampleTable
 from forge_ml.tracking import TrackedRun
 
 _UNSAFE = re.compile(r"[^\w\-./]+")
@@ -24,14 +24,19 @@ def count_metrics(prefix: str, counts: Mapping[str, int]) -> dict[str, float]:
     return {metric_name(prefix, name): float(n) for name, n in counts.items()}
 
 
-def log_data_version(
-    run: TrackedRun, cfg: ForgeConfig, *, name: str, examples: list[Example], path: Path
-) -> str:
-    """Record the dataset version at `path`: hash (tag and dataset input digest), size, sources; return the hash."""
-    digest = dataset_hash(examples)
-    sources = Counter(str(e.meta.get("source", "unknown")) for e in examples)
+def log_data_version(run: TrackedRun, cfg: ForgeConfig, *, name: str, table: ExampleTable, path: Path) -> str:
+    """Record the dataset version at `path` (its cached table): version hash (tag and dataset input
+    digest), size, sources; return the hash."""
+    digest = table.digest()
+    sources = Counter(
+        {
+            str(item["values"] or "unknown"): int(item["counts"])
+            for item in table.column("source").value_counts().to_pylist()
+        }
+    )
     run.set_tags({"forge.data.name": name, "forge.data.path": str(path), "forge.data.hash": digest})
-    run.log_metrics({"data/size": float(len(examples))} | count_metrics("data/source", sources))
+    run.log_metrics({"data/size": float(len(table))} | count_metrics("data/source", sources))
     if cfg.tracking.log_datasets:
-        run.log_dataset(name, examples, digest, path, "training")
+        frame = table.table.select(["user", "assistant", "category"]).to_pandas()
+        run.log_dataset(name, frame, digest, path, "training")
     return digest

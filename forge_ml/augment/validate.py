@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from forge_ml.data.examples import Example, normalize_text, safe_category
 from forge_ml.errors import ForgeError, InputError
@@ -37,11 +37,19 @@ def as_example(row: Any) -> Example | None:
     return Example(user=user.strip(), assistant=assistant.strip(), meta=meta)
 
 
+class KeySet(Protocol):
+    """Normalised user texts already present: a set, or `table.KnownKeys` over a cached table's digests."""
+
+    def __contains__(self, key: object) -> bool: ...
+
+    def add(self, key: str) -> None: ...
+
+
 def admit(
     rows: list[Any],
     *,
     scorer: Scorer,
-    known: set[str],
+    known: KeySet,
     gold: set[str],
     meta: dict[str, Any],
 ) -> Admission:

@@ -148,6 +148,28 @@ def dataset_hash(examples: list[Example]) -> str:
     return h.hexdigest()
 
 
+def record_digest(example: Example) -> bytes:
+    """sha256 of the example's record as `dataset_hash` serialises it (sorted keys, meta included)."""
+    text = json.dumps(example.to_record(), sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+def version_hash(examples: list[Example]) -> str:
+    """The content hash of a training-data version: sha256 over the record digests of its distinct
+    examples (the first of each normalised user text), in order.
+
+    It equals `ExampleTable.digest()` of the file the examples were read from, which computes it
+    from the cached table without reading the file again.
+    """
+    seen: set[str] = set()
+    h = hashlib.sha256()
+    for ex in examples:
+        if ex.key not in seen:
+            seen.add(ex.key)
+            h.update(record_digest(ex))
+    return h.hexdigest()
+
+
 # What MLflow accepts in a metric or param name, less "/" (a category never acts as a path).
 CATEGORY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.:-]{0,63}")
 _NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9 _.:-]")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +10,15 @@ from typing import Any, Literal
 
 from forge_ml.config import TaskConfig
 from forge_ml.data.examples import Example, dataset_hash, read_examples
-from forge_ml.data.table import KEY_BYTES, ExampleTable, Rows, key_digest, load_table, table_examples
+from forge_ml.data.table import (
+    KEY_BYTES,
+    ExampleTable,
+    Rows,
+    key_digest,
+    load_table,
+    rows_hash,
+    table_examples,
+)
 from forge_ml.errors import InputError
 from forge_ml.fileio import atomic_write_jsonl
 from forge_ml.project import Project, ProjectLock, read_utf8
@@ -85,15 +92,6 @@ class ProjectData:
         for user, answer in zip(table.column("user").to_pylist(), table.column("assistant").to_pylist()):
             texts.extend((user, answer))
         return texts
-
-
-def rows_hash(rows: Any, indices: Any) -> str:
-    """sha256 over the record digests of `rows` at `indices`, in that order."""
-    import numpy as np
-
-    column = rows.column("record").combine_chunks()
-    digests = np.frombuffer(column.buffers()[1], dtype="S32", count=len(column), offset=column.offset * 32)
-    return hashlib.sha256(digests[np.asarray(indices, dtype=np.int64)].tobytes()).hexdigest()
 
 
 def read_system_prompt(project: Project, task: TaskConfig) -> str:

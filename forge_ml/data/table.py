@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from forge_ml.data.examples import BLANK, Example, decode_line, parse_record
+from forge_ml.data.examples import BLANK, Example, decode_line, parse_record, record_digest
 from forge_ml.fileio import atomic_write_json, remove_orphans, writer_gone, writer_tag
 from forge_ml.progress import Stage
 
@@ -47,6 +47,7 @@ def schema() -> Any:
             ("assistant", pa.string()),
             ("meta", pa.string()),  # JSON with sorted keys; "" when the line has none
             ("category", pa.string()),  # meta.category, null without one
+            ("source", pa.string()),  # meta.source (generate, augment, seed, ...), null without one
             ("line", pa.int64()),
             ("key", pa.binary(KEY_BYTES)),
             ("rank", pa.binary(32)),
@@ -88,12 +89,6 @@ def meta_json(meta: dict[str, Any]) -> str:
     return json.dumps(meta, sort_keys=True, ensure_ascii=False) if meta else ""
 
 
-def record_digest(example: Example) -> bytes:
-    """sha256 of the example's record as `dataset_hash` serialises it (sorted keys, meta included)."""
-    text = json.dumps(example.to_record(), sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).digest()
-
-
 @dataclass
 class Rows:
     """Column buffers for one Arrow batch."""
@@ -102,6 +97,7 @@ class Rows:
     assistant: list[str]
     meta: list[str]
     category: list[str | None]
+    source: list[str | None]
     line: list[int]
     key: list[bytes]
     rank: list[bytes]
@@ -110,13 +106,15 @@ class Rows:
 
     @classmethod
     def empty(cls) -> Rows:
-        return cls([], [], [], [], [], [], [], [], [])
+        return cls([], [], [], [], [], [], [], [], [], [])
 
     def add(self, example: Example, line: int, key: bytes, split_seed: int) -> None:
         self.user.append(example.user)
         self.assistant.append(example.assistant)
         self.meta.append(meta_json(example.meta))
         self.category.append(example.category)
+        source = example.meta.get("source")
+        self.source.append(None if source is None else str(source))
         self.line.append(line)
         self.key.append(key)
         self.rank.append(rank_digest(split_seed, example.key))
@@ -172,6 +170,21 @@ class ExampleTable:
     def examples(self, rows: Any = None) -> list[Example]:
         return table_examples(self.table, self.source, rows)
 
+    def digest(self) -> str:
+        """The version hash of the file (`examples.version_hash`), from the cached record digests."""
+        import numpy as np
+
+        return rows_hash(self.table, np.arange(self.table.num_rows))
+
+
+def rows_hash(rows: Any, indices: Any) -> str:
+    """sha256 over the record digests of `rows` at `indices`, in that order."""
+    import numpy as np
+
+    column = rows.column("record").combine_chunks()
+    digests = np.frombuffer(column.buffers()[1], dtype="S32", count=len(column), offset=column.offset * 32)
+    return hashlib.sha256(digests[np.asarray(indices, dtype=np.int64)].tobytes()).hexdigest()
+
 
 def table_examples(table: Any, source: Path, rows: Any = None) -> list[Example]:
     """A table's rows (all, or those at the given indices) as Examples; rows read from `source` name their line."""
@@ -185,13 +198,31 @@ def table_examples(table: Any, source: Path, rows: Any = None) -> list[Example]:
     ]
 
 
-def cache_dir(output: Path) -> Path:
-    return output / "cache" / "examples"
+class KnownKeys:
+    """Normalised user texts, held as their 16-byte key digests (a table's `key` column and what is added)."""
+
+    def __init__(self, digests: list[bytes]) -> None:
+        self._digests = set(digests)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key_digest(key) in self._digests
+
+    def add(self, key: str) -> None:
+        self._digests.add(key_digest(key))
+
+    def __len__(self) -> int:
+        return len(self._digests)
+
+
+def cache_dir(output: Path, path: Path) -> Path:
+    """Where the table of the JSONL file `path` is cached: one folder per file."""
+    tag = hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    return output / "cache" / "examples" / f"{path.stem}-{tag}"
 
 
 def load_table(canonical: Path, output: Path, *, split_seed: int) -> ExampleTable:
     """Return canonical's examples, parsing only the lines the cache does not hold yet."""
-    folder = cache_dir(output)
+    folder = cache_dir(output, canonical)
     if not canonical.is_file():
         empty = TableManifest(
             TABLE_FORMAT, "", str(canonical), 0, hashlib.sha256().hexdigest(), 0, 0, 0, split_seed

@@ -15,6 +15,7 @@ from pathlib import Path
 from forge_ml.augment.provenance import count_metrics, log_data_version
 from forge_ml.config import ForgeConfig
 from forge_ml.data.examples import read_examples
+from forge_ml.data.table import load_table
 from forge_ml.fileio import atomic_write_text
 from forge_ml.project import Project, ProjectLock
 from forge_ml.tracking import Tracker
@@ -53,5 +54,6 @@ def clean_generated(cfg: ForgeConfig, *, on_run: Callable[[str], None] | None = 
             {"data/removed": float(sum(removed.values())), "data/kept": float(len(kept))}
             | count_metrics("data/removed", removed)
         )
-        summary.dataset_hash = log_data_version(run, cfg, name="canonical", examples=kept, path=path)
+        table = load_table(path, project.output, split_seed=cfg.task.split_seed)
+        summary.dataset_hash = log_data_version(run, cfg, name="canonical", table=table, path=path)
     return summary

@@ -26,20 +26,21 @@ from forge_ml.augment.categories import known_categories, match_categories
 from forge_ml.augment.offline import GENERATOR_FILE, generate_offline, load_generator
 from forge_ml.augment.provenance import count_metrics, log_data_version
 from forge_ml.augment.requests import (
+    SAMPLES_SHOWN,
     Brief,
     Written,
     build_requests,
     estimate_tokens,
     send_batch,
     send_concurrent,
-    spread,
     system_blocks,
 )
 from forge_ml.augment.validate import admit, refuse_garbage
 from forge_ml.config import ForgeConfig
 from forge_ml.console import console
-from forge_ml.data.examples import Example, dataset_hash, read_examples
+from forge_ml.data.examples import Example, read_examples
 from forge_ml.data.project_data import read_gold, read_system_prompt
+from forge_ml.data.table import ExampleTable, KnownKeys, load_table
 from forge_ml.errors import ConfigError, InputError, RuntimeFault
 from forge_ml.evaluation.scorers import make_scorer
 from forge_ml.fileio import atomic_write_text
@@ -128,8 +129,8 @@ class _Inputs:
 
     canonical_path: Path
     target: Path  # where the admitted examples go
-    existing: list[Example]  # canonical
-    known: set[str]  # normalised user texts already in canonical or seed
+    canonical: ExampleTable  # canonical's cached table
+    known: KnownKeys  # normalised user texts already in canonical or seed
     gold: set[str]
     samples: list[Example]
     focus: list[str]
@@ -137,6 +138,15 @@ class _Inputs:
     generate: Any  # the project's generate(), or None when Claude writes
     generator_path: Path
     gold_examples: list[Example] = field(default_factory=list)  # to try the scorer on before a run starts
+
+
+def spread_rows(canonical: ExampleTable, seed: list[Example], k: int = SAMPLES_SHOWN) -> list[Example]:
+    """Up to `k` examples taken evenly through canonical then seed, so categories stay mixed (only
+    those rows are read from the table)."""
+    total = len(canonical) + len(seed)
+    picks = list(range(0, total, max(1, total // k)))[:k]
+    rows = [i for i in picks if i < len(canonical)]
+    return canonical.examples(rows) + [seed[i - len(canonical)] for i in picks if i >= len(canonical)]
 
 
 def check_job(job: DataJob) -> None:
@@ -215,24 +225,28 @@ def prepare(cfg: ForgeConfig, project: Project, job: DataJob) -> _Inputs:
             )
     canonical_path = project.resolve(cfg.task.canonical_path)
     target = _target(cfg, project, job, canonical_path)
-    existing = read_examples(canonical_path, required=False)
+    canonical = load_table(canonical_path, project.output, split_seed=cfg.task.split_seed)
     seed = read_examples(project.resolve(cfg.task.seed_path), required=False)
     gold = read_gold(project, cfg.task)
     failures = _failures(project) if job.kind == "augment" else []
+    known = KnownKeys(canonical.column("key").to_pylist())
+    for example in seed:
+        known.add(example.key)
     inputs = _Inputs(
         canonical_path=canonical_path,
         target=target,
-        existing=existing,
-        known={e.key for e in existing + seed},
+        canonical=canonical,
+        known=known,
         gold={e.key for e in gold},
-        samples=spread(existing + seed),
+        samples=spread_rows(canonical, seed),
         focus=[],
         failures=failures,
         generate=generate,
         generator_path=project.root / GENERATOR_FILE,
         gold_examples=gold,
     )
-    inputs.focus = _focus(job, inputs, known_categories(gold, existing, seed), claude)
+    in_canonical = [c for c in canonical.column("category").unique().to_pylist() if c]
+    inputs.focus = _focus(job, inputs, sorted(set(known_categories(gold, seed)) | set(in_canonical)), claude)
     return inputs
 
 
@@ -318,7 +332,7 @@ def _fail_if_nothing(written: Written, total: int) -> None:
 
 def _seed(inputs: _Inputs, kind: str, attempt: int) -> int:
     """A generator seed that changes with canonical, so a second run does not repeat the first."""
-    text = f"{dataset_hash(inputs.existing)}:{kind}:{attempt}"
+    text = f"{inputs.canonical.manifest.sha256}:{kind}:{attempt}"
     return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
 
 
@@ -343,15 +357,17 @@ def _offline_examples(job: DataJob, inputs: _Inputs, admit_rows: Callable) -> tu
     return kept, dropped
 
 
-def _write(job: DataJob, inputs: _Inputs, kept: list[Example]) -> list[Example]:
-    """Write the admitted examples atomically; return the dataset version now at the target."""
+def _write(
+    cfg: ForgeConfig, project: Project, job: DataJob, inputs: _Inputs, kept: list[Example]
+) -> ExampleTable:
+    """Write the admitted examples atomically; return the dataset version now at the target (its
+    cached table: for canonical, the lines just appended are the only ones read)."""
     if job.output is not None:
         text = "".join(json.dumps(e.to_record(), ensure_ascii=False) + "\n" for e in kept)
         atomic_write_text(inputs.target, text)
-        return kept
-    if kept:
+    elif kept:
         append_examples(inputs.canonical_path, kept)
-    return read_examples(inputs.canonical_path, required=False)
+    return load_table(inputs.target, project.output, split_seed=cfg.task.split_seed)
 
 
 def _start_tags(job: DataJob, writer: str, inputs: _Inputs) -> dict[str, Any]:
@@ -408,7 +424,7 @@ def run_data_job(
         if len(kept) > job.n:
             dropped[BEYOND_N] += len(kept) - job.n
             kept = kept[: job.n]
-        dataset = _write(job, inputs, kept)
+        dataset = _write(cfg, project, job, inputs, kept)
         summary.added, summary.dropped = len(kept), dict(dropped)
         summary.by_category = dict(Counter(e.category or "uncategorized" for e in kept))
         summary.dataset_size = len(dataset)
@@ -419,7 +435,7 @@ def run_data_job(
             | count_metrics("data/added", summary.by_category)
         )
         name = "canonical" if job.output is None else inputs.target.stem
-        summary.dataset_hash = log_data_version(run, cfg, name=name, examples=dataset, path=inputs.target)
+        summary.dataset_hash = log_data_version(run, cfg, name=name, table=dataset, path=inputs.target)
     return summary
 
 
