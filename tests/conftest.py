@@ -70,6 +70,23 @@ def small_project(tmp_path: Path) -> Project:
     return project
 
 
+def chat_record(user: str, assistant: str = "ok", **meta) -> dict:
+    """One JSONL record of a user turn and its answer (with `meta` when given)."""
+    record = {"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]}
+    if meta:
+        record["meta"] = meta
+    return record
+
+
+@pytest.fixture
+def bare_project(tmp_path: Path) -> Project:
+    """A new project with one gold example ("a gold question"), no seed and no canonical yet."""
+    project = init_project(tmp_path / "p")
+    write_jsonl(project.root / "dataset" / "gold.jsonl", [chat_record("a gold question")])
+    (project.root / "dataset" / "seed.jsonl").unlink(missing_ok=True)
+    return project
+
+
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 600):
     """Run the installed `forge-ml` console script; return the CompletedProcess."""
     exe = Path(sys.executable).with_name("forge-ml")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import FAST, write_jsonl
+from conftest import FAST, chat_record, write_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +16,6 @@ from forge_ml.data.chat import tokenize_for_sft
 from forge_ml.data.examples import Example
 from forge_ml.data.project_data import load_project_data
 from forge_ml.models.tiny import CHAT_TEMPLATE, EOS, IM_START, train_tokenizer
-from forge_ml.project import init_project
 
 SPECIAL_LOOKING = st.sampled_from([EOS, IM_START, "<|pad|>", "assistant\n", "\n\n", " ", "é", "🚁", "\t"])
 TEXT = st.lists(st.one_of(st.text(max_size=12), SPECIAL_LOOKING), min_size=1, max_size=5).map("".join)
@@ -26,10 +25,6 @@ TEXT = st.lists(st.one_of(st.text(max_size=12), SPECIAL_LOOKING), min_size=1, ma
 def tokenizer():
     corpus = ["take off to 10 m", "land now", "go to waypoint alpha", '{"cmd": "land", "args": {}}'] * 20
     return train_tokenizer(corpus, 400)
-
-
-def rec(user: str, assistant: str = "ok") -> dict:
-    return {"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]}
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -60,29 +55,23 @@ def test_a_shortcut_that_differs_falls_back_to_the_plain_encoding(tokenizer):
     assert encoder.prefix == ""
 
 
-@pytest.fixture
-def project(tmp_path):
-    project = init_project(tmp_path / "p")
-    write_jsonl(project.root / "dataset" / "gold.jsonl", [rec("a gold question")])
-    (project.root / "dataset" / "seed.jsonl").unlink(missing_ok=True)
-    return project
-
-
 def _rows_as_lists(dataset) -> tuple[list, list]:
     return dataset["input_ids"][:], dataset["labels"][:]
 
 
 @pytest.mark.parametrize("parallel", [False, True])
-def test_shards_are_tokenised_once_and_appends_only_add_shards(project, tokenizer, monkeypatch, parallel):
+def test_shards_are_tokenised_once_and_appends_only_add_shards(
+    bare_project, tokenizer, monkeypatch, parallel
+):
     monkeypatch.setattr(tokens, "SHARD_ROWS", 8)
     monkeypatch.setattr(tokens, "PARALLEL_MIN_ROWS", 1 if parallel else 10**9)
-    path = project.root / "dataset" / "canonical.jsonl"
-    write_jsonl(path, [rec(f"instruction {i}", f"answer {i}") for i in range(30)])
+    path = bare_project.root / "dataset" / "canonical.jsonl"
+    write_jsonl(path, [chat_record(f"instruction {i}", f"answer {i}") for i in range(30)])
     task = TaskConfig(dev_min=2)
-    cache = tokens.token_cache(project)
+    cache = tokens.token_cache(bare_project)
 
     def tokenised():
-        data = load_project_data(project, task)
+        data = load_project_data(bare_project, task)
         rows = tokens.tokenize_rows(data.rows, tokenizer, "sys", system_role=True, cache=cache)
         examples = data.train + data.dev
         order = sorted(range(len(examples)), key=lambda i: int(examples[i].origin.rsplit(":", 1)[1]))
@@ -94,7 +83,7 @@ def test_shards_are_tokenised_once_and_appends_only_add_shards(project, tokenize
     assert len(first) == 4  # 30 rows in shards of 8
     assert tokenised() == first  # unchanged data: nothing written
     with path.open("a") as fh:
-        fh.write("".join(json.dumps(rec(f"more {i}")) + "\n" for i in range(5)))
+        fh.write("".join(json.dumps(chat_record(f"more {i}")) + "\n" for i in range(5)))
     grown = tokenised()
     assert set(first) - set(grown) == set()
     new = set(grown) - set(first)
@@ -102,14 +91,17 @@ def test_shards_are_tokenised_once_and_appends_only_add_shards(project, tokenize
     assert all(grown[p] == first[p] for p in first)
 
 
-def test_shards_unused_for_a_week_are_pruned_and_used_ones_kept(project, tokenizer, monkeypatch):
+def test_shards_unused_for_a_week_are_pruned_and_used_ones_kept(bare_project, tokenizer, monkeypatch):
     import os
     import time
 
     monkeypatch.setattr(tokens, "SHARD_ROWS", 8)
-    write_jsonl(project.root / "dataset" / "canonical.jsonl", [rec(f"instruction {i}") for i in range(20)])
-    data = load_project_data(project, TaskConfig(dev_min=2))
-    cache = tokens.token_cache(project)
+    write_jsonl(
+        bare_project.root / "dataset" / "canonical.jsonl",
+        [chat_record(f"instruction {i}") for i in range(20)],
+    )
+    data = load_project_data(bare_project, TaskConfig(dev_min=2))
+    cache = tokens.token_cache(bare_project)
     tokens.tokenize_rows(data.rows, tokenizer, "sys", system_role=True, cache=cache)
     used = sorted(cache.rglob("*.arrow"))
     stale = cache / "another-tokenizer" / "old.arrow"
