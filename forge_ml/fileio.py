@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import hashlib
 import json
 import os
 import socket
@@ -23,6 +24,28 @@ def cache_root() -> Path:
         return Path(os.environ[CACHE_ENV]).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "forge-ml"
+
+
+HASH_CHUNK = 1 << 20
+
+
+def file_hasher(path: Path, size: int | None = None) -> Any:
+    """A sha256 object fed the first `size` bytes of `path` (all of it by default): more may follow."""
+    h = hashlib.sha256()
+    left = path.stat().st_size if size is None else size
+    with path.open("rb") as fh:
+        while left > 0:
+            chunk = fh.read(min(HASH_CHUNK, left))
+            if not chunk:
+                break
+            h.update(chunk)
+            left -= len(chunk)
+    return h
+
+
+def file_sha256(path: Path, size: int | None = None) -> str:
+    """sha256 of the first `size` bytes of `path` (all of it by default)."""
+    return file_hasher(path, size).hexdigest()
 
 
 def atomic_write_text(path: Path, text: str, *, verify: Callable[[Path], None] | None = None) -> None:

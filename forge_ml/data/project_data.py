@@ -141,8 +141,7 @@ def refuse_gold_matches(offenders: list[Example]) -> None:
 
 
 def dev_size(n: int, *, fraction: float, dev_min: int, dev_max: int) -> int:
-    if n < 2:
-        raise InputError(f"{n} training example(s): at least 2 are needed (one for the dev split)")
+    """Rows of the dev split for `n` rows (at least 2, which `load_project_data` checks first)."""
     return min(max(round(n * fraction), dev_min), dev_max, n - 1)
 
 

@@ -26,14 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from forge_ml.data.examples import BLANK, Example, decode_line, parse_record, record_digest
-from forge_ml.fileio import atomic_write_json, remove_orphans, writer_gone, writer_tag
+from forge_ml.fileio import atomic_write_json, file_hasher, remove_orphans, writer_gone, writer_tag
 from forge_ml.progress import Stage
 
 log = logging.getLogger(__name__)
 
 TABLE_FORMAT = 1  # bump when the columns or their digests change
 BATCH_ROWS = 8192
-HASH_CHUNK = 1 << 20
 MANIFEST = "manifest.json"
 KEY_BYTES, CONTENT_BYTES = 16, 16
 
@@ -130,20 +129,6 @@ class Rows:
         return pa.record_batch([getattr(self, name) for name in schema().names], schema=schema())
 
 
-def file_sha256(path: Path, size: int | None = None) -> str:
-    """sha256 of the first `size` bytes of `path` (all of it by default)."""
-    h = hashlib.sha256()
-    left = path.stat().st_size if size is None else size
-    with path.open("rb") as fh:
-        while left > 0:
-            chunk = fh.read(min(HASH_CHUNK, left))
-            if not chunk:
-                break
-            h.update(chunk)
-            left -= len(chunk)
-    return h.hexdigest()
-
-
 def ends_a_line(path: Path, size: int) -> bool:
     """Whether byte `size` of `path` starts a line: lines appended after it leave the first `size` bytes whole."""
     if size == 0:
@@ -181,9 +166,18 @@ def rows_hash(rows: Any, indices: Any) -> str:
     """sha256 over the record digests of `rows` at `indices`, in that order."""
     import numpy as np
 
-    column = rows.column("record").combine_chunks()
-    digests = np.frombuffer(column.buffers()[1], dtype="S32", count=len(column), offset=column.offset * 32)
-    return hashlib.sha256(digests[np.asarray(indices, dtype=np.int64)].tobytes()).hexdigest()
+    return hashlib.sha256(digests(rows, "record")[np.asarray(indices, dtype=np.int64)].tobytes()).hexdigest()
+
+
+def digests(rows: Any, name: str) -> Any:
+    """A fixed-size binary column (`key`, `rank`, `content`, `record`) as a numpy array of bytes, without copies."""
+    import numpy as np
+
+    column = rows.column(name).combine_chunks()
+    width = column.type.byte_width
+    return np.frombuffer(
+        column.buffers()[1], dtype=f"S{width}", count=len(column), offset=column.offset * width
+    )
 
 
 def table_examples(table: Any, source: Path, rows: Any = None) -> list[Example]:
@@ -235,16 +229,17 @@ def load_table(canonical: Path, output: Path, *, split_seed: int) -> ExampleTabl
         usable = (
             manifest.path == str(canonical) and manifest.split_seed == split_seed and manifest.size <= size
         )
-        if (
-            usable
-            and ends_a_line(canonical, manifest.size)
-            and file_sha256(canonical, manifest.size) == manifest.sha256
-        ):
+        prefix = (
+            file_hasher(canonical, manifest.size)
+            if usable and ends_a_line(canonical, manifest.size)
+            else None
+        )
+        if prefix is not None and prefix.hexdigest() == manifest.sha256:
             if manifest.size == size:
                 return ExampleTable(table, manifest, canonical)
-            return _write(canonical, folder, size, split_seed, base=(table, manifest))
+            return _write(canonical, folder, size, split_seed, prefix, base=(table, manifest))
         log.info("%s changed other than by appended lines: reading it whole", canonical)
-    return _write(canonical, folder, size, split_seed, base=None)
+    return _write(canonical, folder, size, split_seed, hashlib.sha256(), base=None)
 
 
 def _read_cached(folder: Path) -> tuple[Any, TableManifest] | None:
@@ -275,9 +270,16 @@ def _open(path: Path) -> Any:
 
 
 def _write(
-    canonical: Path, folder: Path, size: int, split_seed: int, *, base: tuple[Any, TableManifest] | None
+    canonical: Path,
+    folder: Path,
+    size: int,
+    split_seed: int,
+    hasher: Any,
+    *,
+    base: tuple[Any, TableManifest] | None,
 ) -> ExampleTable:
-    """Write a new table file (`base`'s rows, then those parsed from canonical after them) and point the manifest at it."""
+    """Write a new table file (`base`'s rows, then those parsed from canonical after them) and point the
+    manifest at it. `hasher` holds the sha256 of the bytes `base` was read from; the parse feeds it the rest."""
     import pyarrow as pa
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -293,7 +295,7 @@ def _write(
                 start, last_line, rows, dropped = old.size, old.lines, old.rows, old.dropped
             what = f"reading {canonical.name}" + (" (appended lines)" if base is not None else "")
             with Stage(what, unit="lines") as stage:
-                parsed = _parse(canonical, start, last_line, size, known, split_seed, stage)
+                parsed = _parse(canonical, start, last_line, size, known, split_seed, stage, hasher)
                 for batch, last_line, batch_dropped in parsed:  # noqa: B007 - the last batch's is the file's
                     if batch.num_rows:
                         sink.write_batch(batch)
@@ -303,7 +305,7 @@ def _write(
             name,
             str(canonical),
             size,
-            file_sha256(canonical, size),
+            hasher.hexdigest(),
             last_line,
             rows,
             dropped,
@@ -332,9 +334,10 @@ def _remove_stale(folder: Path, keep: str) -> None:
 
 
 def _parse(
-    path: Path, start: int, line: int, end: int, known: set[bytes], split_seed: int, stage: Stage
+    path: Path, start: int, line: int, end: int, known: set[bytes], split_seed: int, stage: Stage, hasher: Any
 ) -> Iterator[tuple[Any, int, int]]:
-    """Yield (batch, last line number read, repeats dropped in it) over the lines of `path` in bytes [start, end)."""
+    """Yield (batch, last line number read, repeats dropped in it) over the lines of `path` in bytes
+    [start, end), feeding every byte read to `hasher` (the file is read once)."""
     rows, dropped, done = Rows.empty(), 0, start
     with path.open("rb") as fh:
         fh.seek(start)
@@ -342,6 +345,7 @@ def _parse(
             if done >= end:
                 break
             done += len(raw)
+            hasher.update(raw)
             line += 1
             where = f"{path}:{line}"
             record = decode_line(raw, where)

@@ -29,6 +29,7 @@ from typing import Any
 
 from forge_ml.data.chat import IGNORE_INDEX, check_lengths_of, encode_text, render_completion
 from forge_ml.data.examples import Example
+from forge_ml.data.table import digests
 from forge_ml.fileio import remove_orphans, writer_tag
 from forge_ml.models.generation import render_prompt
 from forge_ml.progress import Stage
@@ -200,18 +201,16 @@ def tokenize_rows(rows: Any, tokenizer: Any, system_prompt: str, *, system_role:
     Shards found in `cache` are mapped as they are; the others are tokenised (in parallel when
     there are cores and enough rows) and written there first.
     """
-    import numpy as np
     from datasets import Dataset, concatenate_datasets
 
     fingerprint = tokenizer_fingerprint(tokenizer, system_prompt, system_role)
     folder = cache / fingerprint[:16]
     folder.mkdir(parents=True, exist_ok=True)
-    content = rows.column("content").combine_chunks()
-    digests = np.frombuffer(content.buffers()[1], dtype="S16", count=len(content), offset=content.offset * 16)
+    content = digests(rows, "content")
     paths, jobs = [], []
     for start in range(0, rows.num_rows, SHARD_ROWS):
         end = min(start + SHARD_ROWS, rows.num_rows)
-        key = hashlib.sha256(fingerprint.encode() + digests[start:end].tobytes()).hexdigest()
+        key = hashlib.sha256(fingerprint.encode() + content[start:end].tobytes()).hexdigest()
         path = folder / f"{key}.arrow"
         paths.append(path)
         if not path.is_file():

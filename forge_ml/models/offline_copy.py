@@ -15,7 +15,6 @@ imports `llm`, which forge-ml does not install.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -28,7 +27,7 @@ from pathlib import Path
 
 from forge_ml.config import OfflineCopyConfig
 from forge_ml.errors import InputError, RuntimeFault, describe
-from forge_ml.fileio import cache_root, writer_gone, writer_tag
+from forge_ml.fileio import cache_root, file_sha256, writer_gone, writer_tag
 from forge_ml.models.generation import NO_HUB_KERNELS
 from forge_ml.models.provenance import BaseProvenance
 
@@ -66,14 +65,6 @@ def find_shipped_file(copy: OfflineCopyConfig) -> ShippedFile:
             f"model.offline_copy.file: {copy.file!r} is not in {copy.package} {dist.version} ({path} not found)"
         )
     return ShippedFile(copy.package, dist.version, copy.file, path)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def gguf_quantization(path: Path) -> str:
