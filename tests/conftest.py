@@ -131,7 +131,7 @@ LONGEST_FIRST = (
     "test_stopping.py",
     "test_registry_commands.py",
     "test_secret_paths.py",
-    "test_audit_probe_pretrain.py",
+    "test_probe_pretrain.py",
     "test_data_commands.py",
     "test_cluster.py",
     "test_push.py",

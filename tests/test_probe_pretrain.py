@@ -1,4 +1,4 @@
-"""audit, probe and pretrain through the CLI: rules and a fake Claude, a tiny pretrain probed before and after."""
+"""probe and pretrain through the CLI: a tiny pretrain probed before and after, offline and with a fake Claude judge; every command's pinned --json keys."""
 
 from __future__ import annotations
 
@@ -6,44 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import FAST, run_cli, shrink_jsonl, write_jsonl
+from command_checks import KEYS, cli, client_of, runs_of
+from conftest import FAST, shrink_jsonl, write_jsonl
 from fake_anthropic import FakeAnthropic
-from mlflow import MlflowClient
 
-from forge_ml.data.examples import read_examples
 from forge_ml.jobs.probe import token_f1
 from forge_ml.project import init_project
 
-COMMON = ["command", "success", "exit_code", "run_id", "config_hash"]
-KEYS = {
-    "audit": [
-        "reviewer",
-        "examples",
-        "counts",
-        "findings",
-        "fixed",
-        "dropped",
-        "refused",
-        "canonical",
-        "previous_hash",
-        "dataset_hash",
-        "cost_usd",
-    ],
-    "probe": ["tag", "target", "judge", "score", "items", "pre", "post", "delta", "per_question", "cost_usd"],
-    "pretrain": [
-        "merged_dir",
-        "base_model",
-        "method",
-        "epochs",
-        "corpus_hash",
-        "files",
-        "documents",
-        "tokens",
-        "ignored",
-        "train_loss",
-        "kept_base_of_versions",
-    ],
-}
 SECRET = "sk-ant-api03-SENTINELaudit0000000000001"
 OFFLINE = [*FAST, "planner=offline"]
 PROBE = [
@@ -53,43 +22,6 @@ PROBE = [
 ]
 # Short blocks and a high learning rate: the random tiny model learns the corpus in 4 short epochs.
 PRETRAIN = [*FAST, "training.batch_size=8", "training.max_seq_length=64", "training.learning_rate=1e-2"]
-
-
-def envelope(result, command: str) -> dict:
-    lines = result.stdout.strip().splitlines()
-    assert len(lines) == 1, result.stdout + result.stderr[-3000:]
-    data = json.loads(lines[0])
-    assert list(data) == [*COMMON, *KEYS[command], "error"]
-    return data
-
-
-def cli(root: Path, *args: str, env: dict | None = None) -> tuple[object, dict]:
-    result = run_cli("-p", str(root), "--json", *args, env=env)
-    return result, envelope(result, args[0])
-
-
-def client_of(root: Path) -> tuple[MlflowClient, str | None]:
-    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name(root.name)
-    return client, experiment.experiment_id if experiment else None
-
-
-def runs_of(root: Path, kind: str) -> list:
-    client, exp = client_of(root)
-    if exp is None:
-        return []
-    return client.search_runs([exp], filter_string=f"tags.`forge.kind` = '{kind}'", max_results=100)
-
-
-def record(user: str, assistant: str, category: str = "x") -> dict:
-    return {
-        "messages": [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}],
-        "meta": {"category": category, "source": "seed"},
-    }
-
-
-def answer(cmd: str, **args) -> str:
-    return json.dumps({"cmd": cmd, "args": args})
 
 
 def test_every_command_declares_its_pinned_keys():
@@ -104,170 +36,6 @@ def test_token_f1_figures():
     assert token_f1("the drone flies home", "the drone") == pytest.approx(2 * 1.0 * 0.5 / 1.5)
     assert token_f1("Meters.", "feet") == 0.0
     assert token_f1("Meters.", "") == 0.0
-
-
-# ---- audit --------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def audit_project(small_project):
-    """canonical: 0-1 fine, 2 duplicates 0, 3 conflicts with 1, 4 is a gold input, 5 fails the json_cmd parse."""
-    gold_user = read_examples(small_project.root / "dataset" / "gold.jsonl")[0].user
-    rows = [
-        record("climb five meters", answer("ascend", meters=5), "ascend"),
-        record("land now", answer("land"), "land"),
-        record("Climb five meters!", answer("ascend", meters=5), "ascend"),
-        record("land now", answer("rtl"), "rtl"),
-        record(gold_user, answer("hover", duration_s=0), "hover"),
-        record("hold still for 10 s", "hover for ten seconds", "hover"),
-        record("go home", answer("rtl"), "rtl"),
-    ]
-    write_jsonl(small_project.root / "dataset" / "canonical.jsonl", rows)
-    return small_project
-
-
-def test_offline_audit_finds_format_duplicates_conflicts_and_gold_overlap(audit_project):
-    root = audit_project.root
-    canonical = root / "dataset" / "canonical.jsonl"
-    before = canonical.read_bytes()
-    result, data = cli(root, "audit", "planner=offline")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert data["reviewer"] == "rules" and data["examples"] == 7 and data["cost_usd"] is None
-    found = {(f["index"], f["check"], f["severity"]) for f in data["findings"]}
-    assert found == {
-        (2, "duplicate", "warning"),
-        (3, "conflict", "error"),
-        (4, "gold_overlap", "error"),
-        (5, "format", "error"),
-    }
-    assert data["counts"] == {"error": 3, "warning": 1, "info": 0}
-    assert data["fixed"] == [] and data["dropped"] == [] and canonical.read_bytes() == before
-    assert "example 0" in next(f["issue"] for f in data["findings"] if f["index"] == 2)
-    assert "eval.scorer=json_cmd" in next(f["issue"] for f in data["findings"] if f["index"] == 5)
-    assert "hover for ten seconds" not in result.stdout  # --json: people-facing output on stderr
-    assert "duplicate of example 0" in result.stderr
-
-    (run,) = runs_of(root, "audit")
-    assert run.info.status == "FINISHED" and run.info.run_id == data["run_id"]
-    m = run.data.metrics
-    assert (m["audit/findings/error"], m["audit/findings/warning"], m["audit/examples"]) == (3, 1, 7)
-    assert run.data.tags["forge.audit.reviewer"] == "rules"
-
-    result, data = cli(root, "audit", "--min-severity", "error", "planner=offline")
-    assert {f["index"] for f in data["findings"]} == {3, 4, 5}  # the duplicate's warning is not shown
-    assert data["counts"] == {"error": 3, "warning": 1, "info": 0}
-
-    result, data = cli(root, "audit", "--fix", "planner=offline")  # gold input still in: nothing written
-    assert result.returncode == 1 and data["error"]["class"] == "InputError"
-    assert str(canonical) in data["error"]["message"] and "gold" in data["error"]["message"]
-    assert canonical.read_bytes() == before and data["dropped"] == []
-    assert [p.name for p in canonical.parent.iterdir() if p.name.startswith(".")] == []
-
-
-def test_offline_fix_drops_exact_duplicates_and_logs_the_previous_file(audit_project):
-    root = audit_project.root
-    canonical = root / "dataset" / "canonical.jsonl"
-    lines = canonical.read_text().splitlines()
-    del lines[4]  # the gold input
-    canonical.write_text("\n".join(lines) + "\n")
-    before = canonical.read_bytes()
-
-    result, data = cli(root, "audit", "--fix", "planner=offline")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "offline, --fix can only drop exact duplicates" in result.stderr
-    assert data["dropped"] == [2] and data["fixed"] == [] and data["refused"] == []
-    after = read_examples(canonical)
-    assert [e.user for e in after] == [
-        "climb five meters",
-        "land now",
-        "land now",
-        "hold still for 10 s",
-        "go home",
-    ]
-    assert data["previous_hash"] != data["dataset_hash"]
-
-    client, _ = client_of(root)
-    run = client.get_run(data["run_id"])
-    assert run.data.tags["forge.kind"] == "audit" and run.data.metrics["audit/dropped"] == 1
-    assert run.data.tags["forge.audit.previous_hash"] == data["previous_hash"]
-    previous = Path(client.download_artifacts(run.info.run_id, "dataset/previous/canonical.jsonl"))
-    assert previous.read_bytes() == before
-    (dataset,) = run.inputs.dataset_inputs
-    assert dataset.tags[0].value == "previous" and dataset.dataset.digest == data["previous_hash"][:36]
-
-
-def _examples_in(body: dict) -> list[dict]:
-    text = body["messages"][0]["content"]
-    return json.loads(text.split('<data name="examples">\n', 1)[1].split("\n</data>", 1)[0])
-
-
-def _review(body: dict) -> dict:
-    """A fixed review per example index: 0 a new answer, 1 new turns, 3 a fix breaking the format, 5 info."""
-    reviews = {
-        0: {
-            "severity": "error",
-            "issue": "5 m is a descent here",
-            "suggested_fix": answer("descend", meters=5),
-        },
-        1: {
-            "severity": "warning",
-            "issue": "ambiguous",
-            "suggested_fix": {"user": "land right now", "assistant": answer("land")},
-        },
-        3: {"severity": "error", "issue": "should be rtl", "suggested_fix": "return to launch please"},
-        5: {"severity": "info", "issue": "short input", "suggested_fix": None},
-    }
-    rows = [{"index": e["index"], **reviews[e["index"]]} for e in _examples_in(body) if e["index"] in reviews]
-    return {"reviews": rows}
-
-
-def test_claude_audit_reviews_in_batches_and_fixes_what_passes_validation(audit_project):
-    root = audit_project.root
-    canonical = root / "dataset" / "canonical.jsonl"
-    lines = canonical.read_text().splitlines()
-    del lines[4]  # no gold input: the fixes can be written
-    canonical.write_text("\n".join(lines) + "\n")
-    before = canonical.read_bytes()
-    with FakeAnthropic() as fake:
-        fake.on_tool("review_examples", _review)
-        env = {"ANTHROPIC_API_KEY": SECRET, "ANTHROPIC_BASE_URL": fake.base_url}
-        result, shown = cli(root, "audit", "--batch-size", "2", *FAST, env=env)
-        assert result.returncode == 0, result.stderr[-3000:]
-        assert fake.count("/v1/messages") == 3  # 6 examples, 2 per request
-        bodies = [r.body for r in fake.requests]
-        assert all(b["tool_choice"] == {"type": "tool", "name": "review_examples"} for b in bodies)
-        assert all('<data name="mission.md">' in b["system"][0]["text"] for b in bodies)
-        assert sorted(e["index"] for b in bodies for e in _examples_in(b)) == list(range(6))
-        assert canonical.read_bytes() == before
-
-        result, data = cli(root, "audit", "--fix", "--min-severity", "warning", "--batch-size", "4", env=env)
-        assert result.returncode == 0, result.stderr[-3000:]
-
-    assert shown["reviewer"] == "claude" and shown["counts"] == {"error": 4, "warning": 2, "info": 1}
-    assert any(f["check"] == "claude" and f["severity"] == "info" for f in shown["findings"])
-    assert not any(f["severity"] == "info" for f in data["findings"])  # --min-severity warning
-    assert data["fixed"] == [0, 1] and data["dropped"] == [2]
-    refused = {r["index"]: r["reason"] for r in data["refused"]}
-    assert list(refused) == [3] and "scorer's parse" in refused[3]
-    after = read_examples(canonical)
-    assert [(e.user, e.assistant) for e in after[:2]] == [
-        ("climb five meters", answer("descend", meters=5)),
-        ("land right now", answer("land")),
-    ]
-    assert after[0].meta["audit_fixed"] is True and after[0].meta["source"] == "seed"
-    assert (
-        after[2].assistant == answer("rtl") and len(after) == 5
-    )  # the refused fix left the answer as it was
-    assert data["cost_usd"] > 0
-
-    client, _ = client_of(root)
-    run = client.get_run(data["run_id"])
-    assert run.data.metrics["audit/requests"] == 2 and run.data.metrics["audit/fixed"] == 2
-    assert run.data.metrics["audit/fix_refused"] == 1 and run.data.metrics["audit/cost_usd"] > 0
-    previous = Path(client.download_artifacts(run.info.run_id, "dataset/previous/canonical.jsonl"))
-    assert previous.read_bytes() == before
-    everything = json.dumps([run.data.params, run.data.tags, shown, data]) + result.stderr
-    assert SECRET not in everything
 
 
 # ---- pretrain and probe -------------------------------------------------------------------------------
