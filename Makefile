@@ -66,6 +66,7 @@ bench: $(STAMP)
 	$(VPY) bench/eval_batching.py
 	$(VPY) bench/round_efficiency.py
 	$(VPY) bench/search_efficiency.py
+	$(VPY) bench/search_landscapes.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -17,6 +17,7 @@ from forge_ml.planner import RoundPlanner, validate_plan
 from forge_ml.planner.history import History, TrialRow
 from forge_ml.planner.offline import offline_plan, trust_radius
 from forge_ml.planner.plan import ExperimentPlan, PlanError
+from forge_ml.search import parse_space
 
 VALID = {
     "hypothesis": "A higher learning rate with a larger rank fits the JSON format faster.",
@@ -117,6 +118,38 @@ def test_trust_region_widens_after_an_improving_round_and_shrinks_after_a_stalle
     stalled = History(trials=[_trial(1, 1e-3, 0.5), _trial(2, 2e-3, 0.9)])
     assert trust_radius(improving, 0.2, "dev/loss", "min") == pytest.approx(0.3)
     assert trust_radius(stalled, 0.2, "dev/loss", "min") == pytest.approx(0.1)
+
+
+def test_a_collapsed_region_searches_the_whole_bounds_once_then_zooms_in_on_the_best(cfg):
+    # round 1 sets the best; the rounds after it stall, halving the radius until it is below 3 %
+    start = cfg.planner.trust_radius
+    halvings = next(n for n in range(1, 20) if start * 0.5**n < 0.03)
+    stalls = [_trial(1, 2e-3, 0.5)] + [_trial(n, 2e-3, 0.9) for n in range(2, halvings + 2)]
+    assert trust_radius(History(trials=stalls[:-1]), start, "dev/loss", "min") >= 0.03
+    assert trust_radius(History(trials=stalls), start, "dev/loss", "min") == 1.0
+    whole = offline_plan(cfg, History(trials=stalls), round_number=halvings + 2)
+    params = parse_space(whole.search_space)
+    assert set(params) == set(cfg.planner.bounds)
+    for key, bound in cfg.planner.bounds.items():
+        if bound.choices is not None:
+            assert list(params[key].values) == list(bound.choices)
+        else:
+            assert (params[key].low, params[key].high) == pytest.approx((bound.low, bound.high))
+    assert "the whole bounds" in whole.hypothesis
+    validate_plan(whole.to_dict(), cfg)
+    # the round over everything found a better point far away: the next region is around it
+    far = cfg.planner.bounds["training.learning_rate"].low * 1.2
+    after = History(trials=[*stalls, _trial(halvings + 2, far, 0.3)])
+    assert trust_radius(after, start, "dev/loss", "min") == pytest.approx(start)
+    zoomed = offline_plan(cfg, after, round_number=halvings + 3)
+    low, high = (
+        float(x)
+        for x in zoomed.search_space["training.learning_rate"]
+        .removeprefix("tag(log, interval(")
+        .removesuffix("))")
+        .split(",")
+    )
+    assert low <= far < high < 2e-3 * 1.25  # around the new best, not the old (2e-3)
 
 
 # -- Claude through the real SDK against a fake Messages API -------------------------------------

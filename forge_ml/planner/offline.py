@@ -3,8 +3,10 @@
 Search: a trust region over `planner.bounds`, centred on the best trial so far (or the
 current config). It starts at `planner.trust_radius` (a share of each key's range, on a log
 scale for log bounds), widens by half after a round that beat the best, and halves after one
-that did not; a region that collapses below 3 % without progress restarts at the first
-radius. The round engine's searcher then picks points inside it, warm-started with the
+that did not. A region that collapses below 3 % without progress has searched out a local
+optimum: the next round searches the whole of the bounds (the searcher, warm-started with every
+trial, looks elsewhere), and the round after it starts again at the first radius around the
+best trial, which may have moved. The round engine's searcher then picks points inside it, warm-started with the
 earlier trials: the planner chooses the space, the searcher the points.
 
 Data: `augment_n` examples for the categories with gold failures, most failures first (the
@@ -23,6 +25,7 @@ from forge_ml.planner.plan import MAX_FOCUS, ExperimentPlan
 
 MIN_RADIUS = 0.03
 MAX_RADIUS = 0.5
+WHOLE = 1.0  # a radius that covers every bound from any centre
 FOCUS_SHOWN = 3  # categories named in the hypothesis
 
 
@@ -37,9 +40,12 @@ def trust_radius(history: History, start: float, metric: str, mode: str) -> floa
             continue
         round_best = min(scores) if mode == "min" else max(scores)
         if best is not None:
-            radius = min(radius * 1.5, MAX_RADIUS) if better(round_best, best) else radius * 0.5
-            if radius < MIN_RADIUS:  # collapsed without progress: restart wide, as trust-region methods do
+            if radius >= WHOLE:  # after a round over the whole bounds: zoom in again on the best
                 radius = start
+            else:
+                radius = min(radius * 1.5, MAX_RADIUS) if better(round_best, best) else radius * 0.5
+            if radius < MIN_RADIUS:  # collapsed without progress: search everything once, as TuRBO restarts
+                radius = WHOLE
         if best is None or better(round_best, best):
             best = round_best
     return radius
@@ -139,8 +145,13 @@ def offline_plan(
     data = f"{cfg.planner.augment_n} new examples " + (
         f"split by gold failures over {named}{more}" if focus else "for every category"
     )
+    scope = (
+        "the whole bounds (the region around the best collapsed without progress), best so far"
+        if radius >= WHOLE
+        else f"a trust region of radius {radius:.2f} around"
+    )
     return ExperimentPlan(
-        hypothesis=f"Round {round_number}: search a trust region of radius {radius:.2f} around {where}; {data}.",
+        hypothesis=f"Round {round_number}: search {scope} {where}; {data}.",
         search_space=space,
         num_samples=samples_for_budget(cfg, history, remaining_s),
         fixed_overrides=fixed,
@@ -154,15 +165,23 @@ def _queue(cfg: ForgeConfig, radius: float, focus: list[str]) -> list[str]:
     """The offline planner's own notes on what comes next: the rule it will follow either way."""
     wider = min(radius * 1.5, MAX_RADIUS)  # the rule of trust_radius, stated ahead
     narrower = radius * 0.5
-    notes = [
-        f"If this round improves {cfg.tune.metric}: centre the next region on its best trial, radius {wider:.2f}.",
-        f"If it stalls: shrink the region to radius {narrower:.2f} around the best trial so far"
-        + (
-            f"; below {MIN_RADIUS:g} the region starts again wide ({cfg.planner.trust_radius:.2f})."
-            if narrower < MIN_RADIUS
-            else "."
-        ),
-    ]
+    if radius >= WHOLE:
+        notes = [
+            f"Whatever this round over the whole bounds finds: centre the next region on the best trial"
+            f" so far, radius {cfg.planner.trust_radius:.2f}."
+        ]
+    else:
+        notes = [
+            f"If this round improves {cfg.tune.metric}: centre the next region on its best trial,"
+            f" radius {wider:.2f}.",
+            f"If it stalls: shrink the region to radius {narrower:.2f} around the best trial so far"
+            + (
+                f"; below {MIN_RADIUS:g} the next round searches the whole bounds, then radius"
+                f" {cfg.planner.trust_radius:.2f} around the best again."
+                if narrower < MIN_RADIUS
+                else "."
+            ),
+        ]
     if focus:
         notes.append(
             f"Keep adding examples where gold fails most ({', '.join(focus[:FOCUS_SHOWN])}) until they catch up."
