@@ -116,7 +116,9 @@ def read_landscape(path: Path) -> Landscape:
     for config in ids:
         per_seed = []
         for seed in seeds:
-            epochs = sorted(by_trial.get((config, seed), []), key=lambda r: float(r["epoch"] or 0))
+            if (config, seed) not in by_trial:
+                continue  # a table still being built
+            epochs = sorted(by_trial[(config, seed)], key=lambda r: float(r["epoch"] or 0))
             epochs = [r for r in epochs if r["epoch"]]
             per_seed.append(
                 Curve(

@@ -32,7 +32,6 @@ and 32 trials. Bounds, on every landscape:
 from __future__ import annotations
 
 import argparse
-import logging
 import math
 import multiprocessing
 import random
@@ -47,12 +46,15 @@ from typing import Any
 from _common import percentile, print_table, quiet_libraries
 
 quiet_libraries()
-logging.getLogger("optuna").setLevel(logging.WARNING)  # a study per round, each announced at INFO
+import optuna  # noqa: E402
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)  # a study per round, each announced at INFO
 
 from _landscape import METRIC, MODE, Done, Landscape, UniformPoints, read_landscape, run_round  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 METHODS = ("random", "tpe", "planner+tpe")
+EPOCHS = "training.epochs"
 REGRET_AT = (8, 16, 32)
 
 
@@ -71,8 +73,9 @@ def config_for(
     samples: int,
     concurrency: int,
     overrides: dict[str, Any] | None = None,
+    budget_epochs: bool = False,
 ) -> Any:
-    from forge_ml.config import ForgeConfig
+    from forge_ml.config import BoundConfig, ForgeConfig
     from forge_ml.config.overrides import with_overrides
 
     cfg = ForgeConfig(name="bench", project_dir="/nonexistent")
@@ -81,6 +84,9 @@ def config_for(
     cfg.tune.seed, cfg.tune.num_samples, cfg.tune.max_concurrent_trials = seed, samples, concurrency
     cfg.tune.metric, cfg.tune.mode = METRIC, MODE
     cfg.tune.scheduler = "asha" if asha else "fifo"
+    if asha and budget_epochs and EPOCHS in cfg.planner.bounds:  # epochs are ASHA's budget, not a key
+        cfg.planner.bounds[EPOCHS] = BoundConfig(choices=[int(cfg.planner.bounds[EPOCHS].high)])
+        cfg.training.epochs = int(cfg.planner.bounds[EPOCHS].choices[0])
     cfg.tune.searcher = "optuna"
     cfg.planner.max_samples = max(cfg.planner.max_samples, samples)
     return with_overrides(cfg, overrides or {})
@@ -113,7 +119,7 @@ def trials_of(method: str, landscape: Landscape, cfg: Any, rng: random.Random, c
     if method in ("random", "tpe"):
         params = full_space(cfg)
         if method == "random":
-            searcher: Any = UniformPoints(landscape.bounds, rng)
+            searcher: Any = UniformPoints(cfg.planner.bounds, rng)
         else:
             searcher = make_searcher(cfg, params, [], [])
             searcher.set_search_properties(METRIC, MODE, tune_space(params))
@@ -166,6 +172,7 @@ class Setup:
     samples: int = 8  # trials per planned round
     concurrency: int = 2
     overrides: tuple[tuple[str, Any], ...] = ()  # config values set for every method (--set)
+    budget_epochs: bool = False  # under ASHA every trial plans the most epochs and ASHA stops it
 
 
 def measure(method: str, landscape: Landscape, seed: int, *, asha: bool, setup: Setup) -> Outcome:
@@ -177,6 +184,7 @@ def measure(method: str, landscape: Landscape, seed: int, *, asha: bool, setup: 
         samples=setup.samples,
         concurrency=setup.concurrency,
         overrides=dict(setup.overrides),
+        budget_epochs=setup.budget_epochs,
     )
     rng = random.Random(seed * 7919 + 17)
     target = landscape.best * 1.01
@@ -236,6 +244,11 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument(
+        "--asha-budget-epochs",
+        action="store_true",
+        help="under ASHA, do not search training.epochs: every trial plans the most, ASHA decides how many run",
+    )
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
@@ -245,7 +258,9 @@ def main() -> int:
     args = parser.parse_args()
     paths = args.tables or sorted((HERE / "landscapes").glob("*.csv"))
     started = time.perf_counter()
-    setup = Setup(args.cap, args.samples, args.concurrency, tuple(parse_set(args.set)))
+    setup = Setup(
+        args.cap, args.samples, args.concurrency, tuple(parse_set(args.set)), args.asha_budget_epochs
+    )
     jobs = [
         (path, method, seed, asha, setup)
         for path in paths
@@ -268,6 +283,25 @@ def main() -> int:
     return 0 if ok else 1
 
 
+def describe_landscape(landscape: Landscape) -> str:
+    """The table's shape in one line: the best point, its accuracy, the spread, the seeds' noise."""
+    best = landscape.true.index(landscape.best)
+    point = ", ".join(f"{k.split('.')[-1]}={v:g}" for k, v in landscape.configs[best].items())
+    accuracy = statistics.mean(c.accuracies[-1] for c in landscape.curves[best])
+    finite = sorted(v for v in landscape.true if math.isfinite(v))
+    noise = [
+        (max(c.losses[-1] for c in cs) - min(c.losses[-1] for c in cs)) / landscape.true[i]
+        for i, cs in enumerate(landscape.curves)
+        if len(cs) > 1 and all(math.isfinite(c.losses[-1]) for c in cs)
+    ]
+    diverged = sum(not math.isfinite(c.losses[-1]) for cs in landscape.curves for c in cs)
+    spread = f"median {statistics.median(finite):.3f}, worst {finite[-1]:.3f}"
+    seeds = f"; seed-to-seed spread of the final loss: median {statistics.median(noise):.1%}" if noise else ""
+    return (
+        f"best: {point} (dev accuracy {accuracy:.3f}); dev loss {spread}; {diverged} trial(s) diverged{seeds}"
+    )
+
+
 def report(
     landscape: Landscape, results: dict[tuple[str, str, bool], list[Outcome]], args: argparse.Namespace
 ) -> bool:
@@ -280,6 +314,7 @@ def report(
     for line in landscape.header:
         if line.startswith(("# command", "# landscape")):
             print(f"   {line[2:]}")
+    print(f"   {describe_landscape(landscape)}")
     rows = []
     for asha in (False, True):
         for method in METHODS:

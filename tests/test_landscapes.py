@@ -144,3 +144,26 @@ def test_every_method_finds_the_best_point_and_regret_only_falls(table, method):
     assert len(out.regret) == len(REGRET_AT)
     assert all(r >= 0 for r in out.regret)
     assert list(out.regret) == sorted(out.regret, reverse=True)
+
+
+def test_with_epochs_as_ashas_budget_every_trial_plans_the_most_epochs(table):
+    land = read_landscape(table)
+    cfg = config_for(land, 0, asha=True, samples=16, concurrency=2, budget_epochs=True)
+    params = full_space(cfg)
+    assert params["training.epochs"].values == (4,)
+    rng = random.Random(5)
+    ended = list(
+        run_round(
+            land,
+            UniformPoints(cfg.planner.bounds, rng),
+            make_scheduler(cfg, params),
+            samples=16,
+            fixed={},
+            concurrency=2,
+            rng=rng,
+            epochs_before=0,
+            prefix="t",
+        )
+    )
+    assert {land.configs[done.config]["training.epochs"] for done, _ in ended} == {4}
+    assert any(not done.completed for done, _ in ended)  # ASHA, not the plan, cut some short
