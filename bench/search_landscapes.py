@@ -44,13 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import percentile, print_table, quiet_libraries
-
-quiet_libraries()
-import optuna  # noqa: E402
-
-optuna.logging.set_verbosity(optuna.logging.WARNING)  # a study per round, each announced at INFO
-
-from _landscape import METRIC, MODE, Done, Landscape, UniformPoints, read_landscape, run_round  # noqa: E402
+from _landscape import METRIC, MODE, Done, Landscape, UniformPoints, read_landscape, run_round
 
 HERE = Path(__file__).resolve().parent
 METHODS = ("random", "tpe", "planner+tpe")
@@ -256,6 +250,10 @@ def main() -> int:
         help="a config value for every method, e.g. planner.trust_radius=0.5 or tune.reduction_factor=3",
     )
     args = parser.parse_args()
+    quiet_libraries()  # here, not at import: the tests import this module into their own process
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # a study per round, each announced at INFO
     paths = args.tables or sorted((HERE / "landscapes").glob("*.csv"))
     started = time.perf_counter()
     setup = Setup(
