@@ -31,6 +31,7 @@ import sys
 import time
 
 from _common import percentile, print_table, quiet_libraries
+from _landscape import unit
 
 quiet_libraries()
 
@@ -63,16 +64,6 @@ WEIGHT = {
     "training.warmup_ratio": 0.02,
     "training.weight_decay": 0.01,
 }
-
-
-def unit(bound: BoundConfig, value: float) -> float:
-    """Position of `value` in its bound, 0..1 (log scale for log bounds, rank for choices)."""
-    if bound.choices is not None:
-        return bound.choices.index(value) / (len(bound.choices) - 1)
-    lo, hi = float(bound.low), float(bound.high)
-    if bound.log:
-        return (math.log(value) - math.log(lo)) / (math.log(hi) - math.log(lo))
-    return (value - lo) / (hi - lo)
 
 
 def objective(bounds: dict[str, BoundConfig], point: dict[str, float]) -> float:
