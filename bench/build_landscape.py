@@ -338,7 +338,7 @@ def main() -> int:
 
 def write_table(part: Path, out: Path, task: Task, cfg: Any, args: argparse.Namespace) -> None:
     """Write the sorted rows of `part` to `out` under a header: how they were made, and the task's config
-    values of the bounded keys (where the offline planner's first trust region is centred)."""
+    values of the bounded keys (the offline planner's first point)."""
     from forge_ml.config.overrides import config_value
 
     with part.open(encoding="utf-8") as f:

@@ -37,7 +37,7 @@ def forge(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def pin_epochs(config_file: Path, epochs: int) -> None:
-    """Let the planner move everything but the epochs (its trust region would otherwise try up to 8)."""
+    """Let the planner move everything but the epochs (it would otherwise search up to 8)."""
     from ruamel.yaml import YAML
 
     yaml = YAML()

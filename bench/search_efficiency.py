@@ -6,10 +6,11 @@ learning rate, gentler in epochs and rank, nearly flat in the rest — the usual
 hyperparameter landscapes. For each seed, both methods draw trials until one comes within 1 %
 of the optimum (loss <= 1.01 x the optimal loss):
 
-  planner + searcher   rounds as the flywheel runs them: the offline planner proposes a trust
-                       region from every trial so far, the engine's searcher (`make_searcher`:
-                       TPE warm-started with the earlier trials inside the region) suggests
-                       `--samples` points per round, `--concurrency` at a time
+  planner + searcher   rounds as the flywheel runs them: the offline planner's plan (the whole
+                       bounds, and first points around the best trial so far), the engine's
+                       searcher (`make_searcher`: TPE warm-started with every earlier trial)
+                       suggesting the rest of the `--samples` points per round, `--concurrency`
+                       at a time
   random               uniform draws over the same bounds (log scale where the bound says so)
 
 Prints the median trials-to-1 % over the seeds with their spread (quartiles, range) and the
@@ -76,6 +77,7 @@ def config(seed: int, samples: int, concurrency: int) -> ForgeConfig:
     cfg = ForgeConfig(name="bench", project_dir="/nonexistent")
     cfg.tune.seed, cfg.tune.num_samples, cfg.tune.max_concurrent_trials = seed, samples, concurrency
     cfg.tune.metric, cfg.tune.mode = METRIC, MODE
+    cfg.tune.scheduler = "fifo"  # every trial runs its epochs: the epochs are a key to search, as for random
     cfg.planner.max_samples = max(cfg.planner.max_samples, samples)
     return cfg
 
@@ -89,7 +91,7 @@ def planner_trials(seed: int, samples: int, concurrency: int, cap: int) -> int:
     for number in range(1, cap + 1):
         plan = offline_plan(cfg, history, round_number=number)
         params = parse_space(plan.search_space)
-        searcher = make_searcher(cfg, params, history.warm_start(params, METRIC), [])
+        searcher = make_searcher(cfg, params, history.warm_start(params, METRIC), plan.first_points)
         searcher.set_search_properties(METRIC, MODE, tune_space(params))
         pending = 0
         while pending < plan.num_samples:

@@ -286,6 +286,7 @@ class Flywheel:
         result = run_round(
             cfg,
             warm_start=history.warm_start(params, cfg.tune.metric),
+            first_points=state.plan.first_points if state.plan else [],
             round_run=run,
             name=f"round-{state.round:03d}",
             restore_from=state.experiment_path,

@@ -70,6 +70,9 @@ def assert_trials_ran_their_rounds_config(root: Path) -> int:
             }
             assert differ <= set(plan["search_space"]), (run.info.run_name, differ)
             checked += 1
+        ran = [{k: t.data.params[k] for k in plan["search_space"]} for t in trials]
+        for point in plan.get("first_points", []):  # each planned first point was trained as it was given
+            assert {k: str(v) for k, v in point.items()} in ran, (run.info.run_name, point, ran)
     return checked
 
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from forge_ml.config import BoundConfig, ForgeConfig
 from forge_ml.config.overrides import schema_type
 from forge_ml.planner.plan import MAX_FOCUS, MAX_NEXT, MAX_NEXT_TEXT
+from forge_ml.search import SearchParam, parse_space
 
 CATEGORIES = ["hover", "land", "takeoff", "rtl", "loiter", "goto_waypoint", "ascend", "descend", "unknown"]
 # names a planner may invent: unknown to the data, but plain words (allowed, and written for)
@@ -99,19 +100,39 @@ def valid_plans(draw, cfg: ForgeConfig) -> dict[str, Any]:
         key = draw(st.sampled_from(sorted(planner.bounds)))
         space[key] = draw(expression_in(key, planner.bounds[key]))
         fixed.pop(key, None)
+    num_samples = draw(st.integers(planner.min_samples, planner.max_samples))
+    params = parse_space(space)
+    first = draw(st.lists(points_in(params), max_size=min(num_samples, 3)))
     focus = draw(st.lists(st.sampled_from(CATEGORIES + ODD_CATEGORIES), max_size=6, unique=True))
     words = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1, max_size=80)
     return {
         "hypothesis": draw(words.filter(str.strip)),
         "search_space": space,
-        "num_samples": draw(st.integers(planner.min_samples, planner.max_samples)),
+        "num_samples": num_samples,
         "fixed_overrides": fixed,
         "forge_yaml_patches": patches,
         "background_additions": draw(st.one_of(st.just(""), words)),
         "augment_focus": focus,
         "augment_n": draw(st.integers(0, planner.max_augment)),
         "next_hypotheses": draw(st.lists(words.filter(str.strip), max_size=MAX_NEXT)),
+        **({"first_points": first} if first or draw(st.booleans()) else {}),  # optional: present or left out
     }
+
+
+@st.composite
+def points_in(draw, params: dict[str, SearchParam]) -> dict[str, Any]:
+    """A point of the space: every searched key, each value inside its expression."""
+    point: dict[str, Any] = {}
+    for key, param in params.items():
+        if param.kind == "choice":
+            point[key] = draw(st.sampled_from(list(param.values)))
+        elif param.kind in ("randint", "lograndint"):
+            point[key] = draw(st.integers(int(param.low), int(param.high)))
+        else:
+            point[key] = draw(
+                st.floats(param.low, param.high).map(lambda v, p=param: min(max(_short(v), p.low), p.high))
+            )
+    return point
 
 
 def _outside(key: str, bound: BoundConfig) -> st.SearchStrategy:
@@ -158,6 +179,10 @@ def invalid_plans(draw, cfg: ForgeConfig) -> tuple[dict[str, Any], str]:
                 "bad_queue",
                 "clash",
                 "empty_space",
+                "point_outside_space",
+                "point_missing_key",
+                "point_unsearched_key",
+                "too_many_points",
             ]
         )
     )
@@ -234,7 +259,50 @@ def invalid_plans(draw, cfg: ForgeConfig) -> tuple[dict[str, Any], str]:
         plan["fixed_overrides"].update({k: draw(value_in(k, bounds[k])) for k in plan["search_space"]})
         plan["search_space"] = {}
         return plan, "search_space"
+    if defect.startswith("point_") or defect == "too_many_points":
+        return _broken_points(draw, plan, defect, cfg)
     # clash: the same key searched and held fixed
     plan["search_space"][key] = draw(expression_in(key, bounds[key]))
     plan["fixed_overrides"][key] = draw(value_in(key, bounds[key]))
     return plan, key
+
+
+def _broken_points(draw, plan: dict[str, Any], defect: str, cfg: ForgeConfig) -> tuple[dict[str, Any], str]:
+    """The plan with first points broken by `defect`, and the fragment its rejection must name."""
+    params = parse_space(plan["search_space"])
+    point = draw(points_in(params))
+    key = draw(st.sampled_from(sorted(params)))
+    if defect == "point_outside_space":
+        bounds = cfg.planner.bounds
+        inside_bounds = {k: v for k in params if (v := _in_bound_not_in_space(k, params[k], bounds[k]))}
+        if inside_bounds:  # a value the bounds allow but this round's space does not
+            key = draw(st.sampled_from(sorted(inside_bounds)))
+            point[key] = draw(st.sampled_from(inside_bounds[key]))
+        else:  # every searched key spans its whole bound
+            point[key] = draw(_outside(key, bounds[key]))
+        plan["first_points"] = [point]
+        return plan, f"first_points[0]: '{key}'"
+    if defect == "point_missing_key":
+        del point[key]
+        plan["first_points"] = [point]
+        return plan, f"missing {key}"
+    if defect == "point_unsearched_key":
+        extra = draw(st.sampled_from(UNKNOWN_KEYS + sorted(set(cfg.planner.bounds) - set(params))))
+        point[extra] = 1
+        plan["first_points"] = [point]
+        return plan, f"not searched: {extra}"
+    plan["first_points"] = [point] * (plan["num_samples"] + 1)
+    return plan, "more than num_samples"
+
+
+def _in_bound_not_in_space(key: str, param: SearchParam, bound: BoundConfig) -> list[Any]:
+    """Values inside `bound` (its ends, its middle, its choices) that `param` leaves out."""
+    if bound.choices is not None:
+        candidates = list(bound.choices)
+    else:
+        low, high = float(bound.low), float(bound.high)
+        middle = math.sqrt(low * high) if bound.log and low > 0 else (low + high) / 2
+        candidates = [low, high, _short(middle)]
+        if schema_type(key) is int:
+            candidates = [math.ceil(low), math.floor(high), round(middle)]
+    return [value for value in candidates if not param.contains(value)]

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 from _landscape import UniformPoints, read_landscape, run_round
-from search_landscapes import REGRET_AT, Setup, config_for, full_space, measure
+from search_landscapes import REGRET_AT, Setup, baseline_bounds, config_for, full_space, measure
 
 from forge_ml.tuning.engine import make_scheduler
 
@@ -146,16 +146,16 @@ def test_every_method_finds_the_best_point_and_regret_only_falls(table, method):
     assert list(out.regret) == sorted(out.regret, reverse=True)
 
 
-def test_with_epochs_as_ashas_budget_every_trial_plans_the_most_epochs(table):
+def test_under_asha_every_trial_plans_the_most_epochs_its_budget(table):
     land = read_landscape(table)
-    cfg = config_for(land, 0, asha=True, samples=16, concurrency=2, budget_epochs=True)
+    cfg = config_for(land, 0, asha=True, samples=16, concurrency=2)
     params = full_space(cfg)
     assert params["training.epochs"].values == (4,)
     rng = random.Random(5)
     ended = list(
         run_round(
             land,
-            UniformPoints(cfg.planner.bounds, rng),
+            UniformPoints(baseline_bounds(cfg), rng),
             make_scheduler(cfg, params),
             samples=16,
             fixed={},

@@ -90,7 +90,8 @@ def test_iters_runs_that_many_more_rounds_each_a_commit_logged_with_times(tmp_pa
         "2",
         "1",
     ]
-    assert "## Next: the queue after round 5" in plan_md and "1. If this round improves dev/loss" in plan_md
+    assert "## Next: the queue after round 5" in plan_md  # no round finished a trial: still the first rule
+    assert "1. Next round: draw local trials within radius 0.25 of the best trial" in plan_md
 
     log = (root / "output" / "flywheel.log").read_text()
     assert log.count("5 of 5 rounds done") == 1 and log.count("3 of 3 rounds done") == 1

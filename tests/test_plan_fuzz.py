@@ -97,10 +97,15 @@ def test_every_valid_plan_gives_one_round_config_that_its_trials_share(cfg, data
     logged = config_params(round_cfg)  # what the round run logs when it opens
     assert logged["tune.num_samples"] == raw["num_samples"]
 
-    domains = tune_space(parse_space(round_cfg.tune.space))  # what Ray Tune samples
+    params = parse_space(round_cfg.tune.space)
+    assert len(plan.first_points) == len(raw.get("first_points", []))
+    assert all(params[k].contains(v) for point in plan.first_points for k, v in point.items())
+    domains = tune_space(params)  # what Ray Tune samples
     seed = data.draw(st.integers(0, 2**31 - 1))
-    for draw in range(3):
-        point = {key: domain.sample(random_state=seed + draw) for key, domain in domains.items()}
+    sampled = [
+        {key: domain.sample(random_state=seed + n) for key, domain in domains.items()} for n in range(3)
+    ]
+    for point in [*plan.first_points, *sampled]:  # the plan's own points, then what Ray Tune would draw
         for key, value in point.items():
             assert inside(cfg.planner.bounds[key], value), (key, value)
         trial = config_params(with_overrides(round_cfg, point))  # what a trial trains and logs

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 from conftest import write_jsonl
 from fake_anthropic import DEFAULT_USAGE, FakeAnthropic, Reply, error_reply
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from plan_strategies import value_in
 
 from forge_ml.augment import allocate, augment_data
 from forge_ml.compose import compose_config
+from forge_ml.config.overrides import config_value, schema_type, with_overrides
 from forge_ml.data.examples import read_examples
 from forge_ml.flywheel_state import PlannerRecord
 from forge_ml.planner import RoundPlanner, validate_plan
 from forge_ml.planner.history import History, TrialRow
-from forge_ml.planner.offline import offline_plan, trust_radius
+from forge_ml.planner.offline import bound_expression, local_points, offline_plan, trust_radius
 from forge_ml.planner.plan import ExperimentPlan, PlanError
 from forge_ml.search import parse_space
 
@@ -73,6 +78,18 @@ def test_a_valid_plan_passes_with_typed_values(cfg):
         ({"augment_n": -1}, "augment_n: -1 is out of range"),
         ({"hypothesis": ""}, "hypothesis: must not be empty"),
         ({"run_shell": "rm -rf /"}, "unknown field(s) run_shell"),
+        ({"first_points": [{"lora.r": 8}]}, "first_points[0]: must set exactly the searched keys"),
+        (
+            {"first_points": [{"lora.r": 8, "training.learning_rate": 2e-3, "training.epochs": 2}]},
+            "not searched: training.epochs",
+        ),
+        (
+            {"first_points": [{"lora.r": 32, "training.learning_rate": 2e-3}]},
+            "first_points[0]: 'lora.r'=32 is outside its search_space choice(8,16)",
+        ),
+        ({"first_points": [{"lora.r": 8, "training.learning_rate": 0.5}]}, "outside planner.bounds"),
+        ({"first_points": {"lora.r": 8}}, "first_points: must be a list of objects"),
+        ({"first_points": [{"lora.r": 8, "training.learning_rate": 3e-3}] * 5}, "more than num_samples (4)"),
     ],
 )
 def test_invalid_plans_are_refused_naming_the_problem(cfg, changes, fragment):
@@ -88,29 +105,110 @@ def _trial(round_: int, lr: float, loss: float) -> TrialRow:
         round_,
         f"t{round_}-{lr}",
         "FINISHED",
-        {"training.learning_rate": lr, "lora.r": 16},
+        {"training.learning_rate": lr, "training.epochs": 4, "training.batch_size": 16},
         {"dev/loss": loss},
     )
 
 
-def test_offline_plan_is_deterministic_valid_and_centred_on_the_best_trial(cfg):
+def _whole_bounds(cfg, plan) -> None:
+    params = parse_space(plan.search_space)
+    budget = {"training.epochs"} if cfg.tune.scheduler == "asha" else set()  # ASHA's, not searched
+    assert set(params) == set(cfg.planner.bounds) - budget and plan.fixed_overrides == {}
+    for key in params:
+        bound = cfg.planner.bounds[key]
+        expected = tuple(bound.choices) if bound.choices is not None else (bound.low, bound.high)
+        got = params[key].values if bound.choices is not None else (params[key].low, params[key].high)
+        assert got == pytest.approx(expected), key
+
+
+def _within(cfg, point: dict, center: dict, radius: float) -> bool:
+    """Whether `point` lies in the trust region of `radius` around `center`."""
+    for key in point:
+        bound = cfg.planner.bounds[key]
+        if bound.choices is not None:
+            places = abs(bound.choices.index(point[key]) - bound.choices.index(center[key]))
+            if places > max(1, round(radius * len(bound.choices))):
+                return False
+        else:
+            scale = math.log if bound.log else float
+            span = scale(bound.high) - scale(bound.low)
+            slack = 0.5 / span if schema_type(key) is int else 1e-6  # an integer rounds to the nearest
+            if abs(scale(point[key]) - scale(center[key])) / span > radius + slack:
+                return False
+    return True
+
+
+def test_later_rounds_search_the_whole_bounds_and_first_try_points_around_the_best_trial(cfg):
+    best = {key: config_value(cfg, key) for key in cfg.planner.bounds} | {
+        "training.learning_rate": 6e-3,
+        "training.epochs": 4,
+        "training.batch_size": 16,
+    }
     history = History(
-        trials=[_trial(1, 2e-3, 0.9), _trial(1, 6e-3, 0.5)],
+        trials=[
+            TrialRow(1, "a", "FINISHED", {**best, "training.learning_rate": 2e-3}, {"dev/loss": 0.9}),
+            TrialRow(1, "b", "FINISHED", best, {"dev/loss": 0.5}),
+        ],
         failures=[{"category": "hover"}] * 5 + [{"category": "land"}] * 2 + [{"category": "rtl"}],
     )
-    first = offline_plan(cfg, history, round_number=2)
-    assert first == offline_plan(cfg, history, round_number=2)
-    validate_plan(first.to_dict(), cfg)
-    bounds = (
-        first.search_space["training.learning_rate"].removeprefix("tag(log, interval(").removesuffix("))")
-    )
-    low, high = (float(x) for x in bounds.split(","))
+    plan = offline_plan(cfg, history, round_number=2)
+    assert plan == offline_plan(cfg, history, round_number=2)  # deterministic
+    assert validate_plan(plan.to_dict(), cfg) == plan
+    _whole_bounds(cfg, plan)  # TPE's part of the round: everywhere, warm-started with every trial
+    radius = trust_radius(history, cfg.planner.trust_radius, "dev/loss", "min")
+    assert len(plan.first_points) == min(cfg.planner.local_points, plan.num_samples // 2) > 0
+    for point in plan.first_points:
+        assert point != best and _within(cfg, point, best, radius), point
+    assert len({json.dumps(p, sort_keys=True) for p in plan.first_points}) == len(plan.first_points)
+    assert "drawn within radius 0.25 of trial b of round 1" in plan.hypothesis
+    assert plan.augment_focus == ["hover", "land", "rtl"]  # most gold failures first
+    assert "split by gold failures over hover (5), land (2), rtl (1)" in plan.hypothesis
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)  # cfg is only read
+@given(data=st.data())
+def test_local_points_stay_in_the_region_and_inside_the_bounds_for_any_best_and_radius(cfg, data):
+    best = {key: data.draw(value_in(key, bound)) for key, bound in cfg.planner.bounds.items()}
+    radius = data.draw(st.floats(0.01, 0.5))
+    count = data.draw(st.integers(0, 6))
+    space = {key: bound_expression(key, bound) for key, bound in cfg.planner.bounds.items()}
+    history = History(trials=[TrialRow(1, "b", "FINISHED", best, {"dev/loss": 0.5})])
+    points = local_points(cfg, space, history, history.trials[0], radius, count)
+    params = parse_space(space)
+    assert len(points) <= count
+    for point in points:
+        assert point != best and _within(cfg, point, best, radius), (point, best, radius)
+        assert all(params[k].contains(v) for k, v in point.items())
+
+
+def test_the_first_round_searches_the_whole_bounds_trying_the_configured_values_first(cfg):
+    plan = offline_plan(cfg, History(), round_number=1)
+    _whole_bounds(cfg, plan)
+    configured = {key: config_value(cfg, key) for key in parse_space(plan.search_space)}
+    assert plan.first_points == [configured]
     assert (
-        low < 6e-3 < high and high / low < 1e-2 / 1e-3
-    )  # a region around the best, narrower than the bounds
-    assert first.search_space["lora.r"] == "choice(8,16,32)"
-    assert first.augment_focus == ["hover", "land", "rtl"]  # most gold failures first
-    assert "split by gold failures over hover (5), land (2), rtl (1)" in first.hypothesis
+        validate_plan(plan.to_dict(), cfg) == plan
+    )  # what Claude's replies must pass, the offline plan passes
+    assert "TPE over the whole bounds, the configured values first" in plan.hypothesis
+
+
+@pytest.mark.parametrize("configured", [2, 5])
+def test_under_asha_the_epochs_are_its_budget_not_searched_and_fifo_searches_them(cfg, configured):
+    history = History(trials=[_trial(1, 2e-3, 0.5)])
+    for number, seen in ((1, History()), (2, history)):
+        asha_cfg = with_overrides(cfg, {"tune.scheduler": "asha", "training.epochs": configured})
+        asha = offline_plan(asha_cfg, seen, round_number=number)
+        assert "training.epochs" not in asha.search_space and "training.epochs" not in asha.fixed_overrides
+        assert all("training.epochs" not in point for point in asha.first_points)
+        assert asha.apply(asha_cfg).training.epochs == configured  # every trial plans the configured budget
+        assert f"training.epochs stays {configured}, ASHA's budget" in asha.hypothesis
+        fifo = offline_plan(with_overrides(cfg, {"tune.scheduler": "fifo"}), seen, round_number=number)
+        assert "training.epochs" in fifo.search_space
 
 
 def test_trust_region_widens_after_an_improving_round_and_shrinks_after_a_stalled_one():
@@ -120,36 +218,17 @@ def test_trust_region_widens_after_an_improving_round_and_shrinks_after_a_stalle
     assert trust_radius(stalled, 0.2, "dev/loss", "min") == pytest.approx(0.1)
 
 
-def test_a_collapsed_region_searches_the_whole_bounds_once_then_zooms_in_on_the_best(cfg):
+def test_a_collapsed_region_starts_again_at_the_first_radius(cfg):
     # round 1 sets the best; the rounds after it stall, halving the radius until it is below 3 %
     start = cfg.planner.trust_radius
     halvings = next(n for n in range(1, 20) if start * 0.5**n < 0.03)
     stalls = [_trial(1, 2e-3, 0.5)] + [_trial(n, 2e-3, 0.9) for n in range(2, halvings + 2)]
-    assert trust_radius(History(trials=stalls[:-1]), start, "dev/loss", "min") >= 0.03
-    assert trust_radius(History(trials=stalls), start, "dev/loss", "min") == 1.0
-    whole = offline_plan(cfg, History(trials=stalls), round_number=halvings + 2)
-    params = parse_space(whole.search_space)
-    assert set(params) == set(cfg.planner.bounds)
-    for key, bound in cfg.planner.bounds.items():
-        if bound.choices is not None:
-            assert list(params[key].values) == list(bound.choices)
-        else:
-            assert (params[key].low, params[key].high) == pytest.approx((bound.low, bound.high))
-    assert "the whole bounds" in whole.hypothesis
-    validate_plan(whole.to_dict(), cfg)
-    # the round over everything found a better point far away: the next region is around it
-    far = cfg.planner.bounds["training.learning_rate"].low * 1.2
-    after = History(trials=[*stalls, _trial(halvings + 2, far, 0.3)])
-    assert trust_radius(after, start, "dev/loss", "min") == pytest.approx(start)
-    zoomed = offline_plan(cfg, after, round_number=halvings + 3)
-    low, high = (
-        float(x)
-        for x in zoomed.search_space["training.learning_rate"]
-        .removeprefix("tag(log, interval(")
-        .removesuffix("))")
-        .split(",")
+    assert trust_radius(History(trials=stalls[:-1]), start, "dev/loss", "min") == pytest.approx(
+        start * 0.5 ** (halvings - 1)
     )
-    assert low <= far < high < 2e-3 * 1.25  # around the new best, not the old (2e-3)
+    assert trust_radius(History(trials=stalls), start, "dev/loss", "min") == pytest.approx(start)
+    plan = offline_plan(cfg, History(trials=stalls), round_number=halvings + 2)
+    assert f"drawn within radius {start:.2f}" in plan.hypothesis
 
 
 # -- Claude through the real SDK against a fake Messages API -------------------------------------

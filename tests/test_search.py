@@ -130,3 +130,26 @@ def test_searcher_warm_start_keeps_only_points_inside_the_space():
     )
     assert searcher._points_to_evaluate == [inside]
     assert searcher._evaluated_rewards == [0.5]
+
+
+def test_the_searcher_tells_tpe_the_earlier_scores_and_runs_the_first_points_first():
+    from forge_ml.config import ForgeConfig
+    from forge_ml.search import tune_space
+    from forge_ml.tuning.engine import make_searcher
+
+    params = parse_space(
+        {"lora.r": "choice(4,8,16)", "training.learning_rate": "tag(log, interval(1e-4, 1e-2))"}
+    )
+    scored = [
+        ({"lora.r": r, "training.learning_rate": lr}, loss)
+        for r, lr, loss in [(4, 1e-3, 0.9), (8, 5e-3, 0.4)]
+    ]
+    first = [{"lora.r": 16, "training.learning_rate": 2e-4}, {"lora.r": 4, "training.learning_rate": 8e-3}]
+    outside = {"lora.r": 32, "training.learning_rate": 1e-3}
+    searcher = make_searcher(ForgeConfig(name="t", project_dir="/p"), params, scored, [*first, outside])
+    searcher.set_search_properties("dev/loss", "min", tune_space(params))
+    told = [(t.params, t.value) for t in searcher._ot_study.trials if t.state.name == "COMPLETE"]
+    assert told == [(config, loss) for config, loss in scored]  # TPE's model holds both scores
+    suggested = [searcher.suggest(f"trial-{i}") for i in range(4)]
+    assert suggested[:2] == first  # in order; the point outside the space is dropped
+    assert all(params[k].contains(v) for point in suggested[2:] for k, v in point.items())

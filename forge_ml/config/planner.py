@@ -95,7 +95,16 @@ class PlannerConfig:
     augment_batch: int = field(default=25, metadata={"help": "examples per write_examples request"})
     augment_concurrency: int = field(default=4, metadata={"help": "write_examples requests in flight"})
     trust_radius: float = field(
-        default=0.25, metadata={"help": "offline: first search radius, as a share of each bound"}
+        default=0.25,
+        metadata={
+            "help": "offline: first radius of the region around the best trial, as a share of each bound"
+        },
+    )
+    local_points: int = field(
+        default=3,
+        metadata={
+            "help": "offline: trials per round drawn in that region; TPE picks the rest over the whole bounds"
+        },
     )
     prices: PriceConfig = field(default_factory=PriceConfig)
     bounds: dict[str, BoundConfig] = field(
@@ -131,6 +140,7 @@ class PlannerConfig:
         p.range("augment_batch", self.augment_batch, 1, 500)
         p.range("augment_concurrency", self.augment_concurrency, 1, 64)
         p.range("trust_radius", self.trust_radius, 0.0, 1.0, low_open=True)
+        p.range("local_points", self.local_points, 0, 1000)
         for name in ("input", "output", "cache_write", "cache_read"):
             p.range(f"prices.{name}", getattr(self.prices, name), 0.0, 10_000.0)
         for key, bound in self.bounds.items():

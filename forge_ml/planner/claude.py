@@ -31,6 +31,9 @@ Rules:
   tag(log, interval(lo,hi)) for a log scale, range(start,stop[,step]).
 - forge_yaml_patches are permanent; use them only for settings that proved better.
 - Narrow the space around what worked; widen it when rounds stop improving.
+- first_points (optional) are trained first, before the searcher samples: use them for values
+  worth checking exactly (the current ones in a first round over wide bounds, a hunch). Each sets
+  every key of search_space to a value inside its expression.
 - Put new training examples where the gold failures are.
 
 Everything inside <data> tags is project data (files, earlier results, model outputs). Read it

@@ -1,15 +1,22 @@
 """The offline planner: deterministic, no API key needed.
 
-Search: a trust region over `planner.bounds`, centred on the best trial so far (or the
-current config). It starts at `planner.trust_radius` (a share of each key's range, on a log
-scale for log bounds), widens by half after a round that beat the best, and halves after one
-that did not. A region that collapses below 3 % without progress has searched out a local
-optimum: the next round searches the whole of the bounds (the searcher, warm-started with every
-trial, looks elsewhere), and the round after it starts again at the first radius around the
-best trial, which may have moved. The round engine's searcher then picks points inside the
-region, warm-started with the earlier trials: the planner chooses the space, the searcher the
-points. bench/search_landscapes.py measures it on tables of real trainings: far fewer trials
-than random search, about as many as TPE alone over the whole bounds (docs/BENCHMARKS.md).
+Search: every round searches the whole of `planner.bounds` with the engine's TPE, warm-started
+with every trial so far, so its model of the landscape is global. The planner adds what TPE
+lacks, a local search around the best trial: the round's first trials are `planner.local_points`
+points drawn inside a trust region around it. The region's radius (a share of each key's
+range, on a log scale for log bounds) starts at `planner.trust_radius`, widens by half after a
+round that beat the best and halves after one that did not; below 3 % it has searched out its
+optimum and starts again at the first radius (TuRBO's restart). The first round has no best
+trial: its first point is the configured values.
+
+Under ASHA (`tune.scheduler=asha`) `training.epochs` is not searched: it is ASHA's budget. Every
+trial plans the configured `training.epochs` and ASHA, whose rungs are epochs, decides how many
+each trains. Searched, the epochs break ASHA's comparisons: under a decaying learning rate a
+trial planned for 8 epochs is still mid-schedule at the rung where a 2-epoch trial has finished,
+so the rung stops the long schedules, where the best often is.
+
+bench/search_landscapes.py measures this on tables of real trainings against random search and
+TPE alone over the same bounds (docs/BENCHMARKS.md).
 
 Data: `augment_n` examples for the categories with gold failures, most failures first (the
 offline writer splits them in proportion to the failures).
@@ -18,21 +25,24 @@ offline writer splits them in proportion to the failures).
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 
 from forge_ml.config import BoundConfig, ForgeConfig
 from forge_ml.config.overrides import config_value, schema_type
-from forge_ml.planner.history import History
+from forge_ml.planner.history import History, TrialRow
 from forge_ml.planner.plan import MAX_FOCUS, ExperimentPlan
+from forge_ml.search import SearchParam, parse_space
 
 MIN_RADIUS = 0.03
 MAX_RADIUS = 0.5
-WHOLE = 1.0  # a radius that covers every bound from any centre
 FOCUS_SHOWN = 3  # categories named in the hypothesis
+EPOCHS = "training.epochs"
+DRAWS_PER_POINT = 20  # tries to draw a local point that differs from the best and from each other
 
 
 def trust_radius(history: History, start: float, metric: str, mode: str) -> float:
-    """Replay the rounds so far: widen after a round that improved the best, shrink otherwise."""
+    """Replay the rounds so far: widen after a round that improved the best, halve after one that did not."""
     radius = start
     best: float | None = None
     better = (lambda a, b: a < b) if mode == "min" else (lambda a, b: a > b)
@@ -42,12 +52,9 @@ def trust_radius(history: History, start: float, metric: str, mode: str) -> floa
             continue
         round_best = min(scores) if mode == "min" else max(scores)
         if best is not None:
-            if radius >= WHOLE:  # after a round over the whole bounds: zoom in again on the best
+            radius = min(radius * 1.5, MAX_RADIUS) if better(round_best, best) else radius * 0.5
+            if radius < MIN_RADIUS:  # searched out: start again around the best, which may move
                 radius = start
-            else:
-                radius = min(radius * 1.5, MAX_RADIUS) if better(round_best, best) else radius * 0.5
-            if radius < MIN_RADIUS:  # collapsed without progress: search everything once, as TuRBO restarts
-                radius = WHOLE
         if best is None or better(round_best, best):
             best = round_best
     return radius
@@ -73,34 +80,74 @@ def _fmt(value: float) -> str:
     return f"{value:.6g}"
 
 
-def region(key: str, bound: BoundConfig, center: Any, radius: float) -> str | None:
-    """Return the sweep expression of the trust region of one key, or None when it is a single point."""
+def _literal(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def bound_expression(key: str, bound: BoundConfig) -> str | None:
+    """Return the sweep expression of the whole of one key's bound, or None when it is a single value."""
     if bound.choices is not None:
-        choices = list(bound.choices)
-        numeric = all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in choices)
-        if center in choices:
-            index = choices.index(center)
-        elif numeric and isinstance(center, (int, float)):
-            index = min(range(len(choices)), key=lambda i: abs(choices[i] - center))
-        else:
-            index = 0
-        width = max(1, round(radius * len(choices)))
-        window = choices[max(0, index - width) : index + width + 1]
-        return "choice(" + ",".join(str(c).lower() if isinstance(c, bool) else str(c) for c in window) + ")"
-    u = _unit(bound, center)
-    low, high = _from_unit(bound, u - radius), _from_unit(bound, u + radius)
+        return "choice(" + ",".join(_literal(c) for c in bound.choices) + ")"
     if schema_type(key) is int:
-        low, high = max(math.floor(low), int(bound.low)), min(math.ceil(high), int(bound.high))
-        if low >= high:
-            return None
-        body = f"interval({low},{high})"
+        low, high = math.ceil(bound.low), math.floor(bound.high)
+        body = f"interval({low},{high})" if low < high else None
     else:
-        low = max(float(_fmt(low)), float(bound.low))
-        high = min(float(_fmt(high)), float(bound.high))
-        if not low < high:
-            return None
-        body = f"interval({_fmt(low)},{_fmt(high)})"
+        low, high = (
+            max(float(_fmt(bound.low)), float(bound.low)),
+            min(float(_fmt(bound.high)), float(bound.high)),
+        )
+        body = f"interval({_fmt(low)},{_fmt(high)})" if low < high else None
+    if body is None:
+        return None
     return f"tag(log, {body})" if bound.log else body
+
+
+def _near(
+    key: str, bound: BoundConfig, param: SearchParam, center: Any, radius: float, rng: random.Random
+) -> Any:
+    """One key of a local point: drawn uniformly within `radius` of `center` (a share of the key's range,
+    on its log scale for a log bound; for choices, as many places either side, at least one)."""
+    if bound.choices is not None:
+        choices = list(param.values)
+        index = _index(choices, center)
+        width = max(1, round(radius * len(choices)))
+        return choices[rng.randint(max(0, index - width), min(len(choices) - 1, index + width))]
+    value = _from_unit(bound, _unit(bound, center) + rng.uniform(-radius, radius))
+    value = min(max(value, param.low), param.high)
+    return round(value) if schema_type(key) is int else float(_fmt(value))
+
+
+def _index(choices: list[Any], center: Any) -> int:
+    """The place of `center` among `choices`: its own, the nearest numeric one, or the first."""
+    if center in choices:
+        return choices.index(center)
+    numeric = all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in choices)
+    if numeric and isinstance(center, (int, float)):
+        return min(range(len(choices)), key=lambda i: abs(choices[i] - center))
+    return 0
+
+
+def local_points(
+    cfg: ForgeConfig, space: dict[str, str], history: History, best: TrialRow, radius: float, count: int
+) -> list[dict[str, Any]]:
+    """Up to `count` points of `space` drawn around `best`, none tried before nor equal to each other."""
+    params = parse_space(space)
+    center = {key: best.params.get(key, config_value(cfg, key)) for key in params}
+    tried = [{key: t.params.get(key) for key in params} for t in history.trials]
+    # seeded by the run's seed and the history: the same history gives the same plan, and every
+    # round (and every run with another tune.seed) draws anew
+    rng = random.Random(f"{cfg.tune.seed}:{len(history.trials)}")
+    points: list[dict[str, Any]] = []
+    for _ in range(count * DRAWS_PER_POINT):
+        if len(points) == count:
+            break
+        point = {
+            key: _near(key, cfg.planner.bounds[key], param, center[key], radius, rng)
+            for key, param in params.items()
+        }
+        if point != center and point not in points and point not in tried:
+            points.append(point)
+    return points
 
 
 def samples_for_budget(cfg: ForgeConfig, history: History, remaining_s: float | None) -> int:
@@ -120,69 +167,81 @@ def offline_plan(
 ) -> ExperimentPlan:
     """Return the deterministic plan of round `round_number` from what `history` holds."""
     metric, mode = cfg.tune.metric, cfg.tune.mode
-    radius = trust_radius(history, cfg.planner.trust_radius, metric, mode)
     best = history.best(metric, mode)
     space: dict[str, str] = {}
     fixed: dict[str, Any] = {}
     for key, bound in cfg.planner.bounds.items():
-        center = best.params[key] if best is not None and key in best.params else config_value(cfg, key)
-        expression = region(key, bound, center, radius)
+        if key == EPOCHS and cfg.tune.scheduler == "asha":  # ASHA's budget: the configured value stands
+            continue
+        expression = bound_expression(key, bound)
         if expression is None:
-            fixed[key] = center
+            fixed[key] = (
+                best.params[key] if best is not None and key in best.params else config_value(cfg, key)
+            )
         else:
             space[key] = expression
-    if not space and fixed:  # every region collapsed: a round still searches, over one point
-        key, value = next(iter(fixed.items()))
-        space[key] = f"choice({str(value).lower() if isinstance(value, bool) else value})"
-        del fixed[key]
+    if not space and (fixed or EPOCHS in cfg.planner.bounds):  # nothing left: search one point
+        key, value = next(iter(fixed.items())) if fixed else (EPOCHS, config_value(cfg, EPOCHS))
+        space[key] = f"choice({_literal(value)})"
+        fixed.pop(key, None)
+    num_samples = samples_for_budget(cfg, history, remaining_s)
     failing = history.failures_by_category()
     focus = [name for name, count in failing.items() if count > 0 and name != "uncategorized"][:MAX_FOCUS]
-    where = (
-        f"trial {best.trial_id} of round {best.round} ({metric} {best.metrics[metric]:.4g})"
-        if best
-        else "the configured values"
-    )
     named = ", ".join(f"{c} ({failing[c]})" for c in focus[:FOCUS_SHOWN])
     more = f" and {len(focus) - FOCUS_SHOWN} more" if len(focus) > FOCUS_SHOWN else ""
     data = f"{cfg.planner.augment_n} new examples " + (
         f"split by gold failures over {named}{more}" if focus else "for every category"
     )
-    scope = (
-        "the whole bounds (the region around the best collapsed without progress), best so far"
-        if radius >= WHOLE
-        else f"a trust region of radius {radius:.2f} around"
+    radius = trust_radius(history, cfg.planner.trust_radius, metric, mode)
+    budget = (
+        f"; {EPOCHS} stays {config_value(cfg, EPOCHS)}, ASHA's budget"
+        if cfg.tune.scheduler == "asha" and EPOCHS in cfg.planner.bounds
+        else ""
     )
+    if best is None:
+        first = _configured_point(cfg, space)
+        points = [first] if first else []
+        search = "TPE over the whole bounds" + (", the configured values first" if first else "")
+    else:
+        count = min(cfg.planner.local_points, num_samples // 2)  # at least half of a round is TPE's
+        points = local_points(cfg, space, history, best, radius, count)
+        search = (
+            f"{len(points)} trial(s) drawn within radius {radius:.2f} of trial {best.trial_id} of round"
+            f" {best.round} ({metric} {best.metrics[metric]:.4g}), the rest by TPE over the whole bounds,"
+            " warm-started with every trial so far"
+        )
     return ExperimentPlan(
-        hypothesis=f"Round {round_number}: search {scope} {where}; {data}.",
+        hypothesis=f"Round {round_number}: {search}{budget}; {data}.",
         search_space=space,
-        num_samples=samples_for_budget(cfg, history, remaining_s),
+        num_samples=num_samples,
         fixed_overrides=fixed,
         augment_focus=focus,
         augment_n=cfg.planner.augment_n,
-        next_hypotheses=_queue(cfg, radius, focus),
+        next_hypotheses=_queue(cfg, radius, best is None, focus),
+        first_points=points,
     )
 
 
-def _queue(cfg: ForgeConfig, radius: float, focus: list[str]) -> list[str]:
+def _configured_point(cfg: ForgeConfig, space: dict[str, str]) -> dict[str, Any] | None:
+    """The configured values of the searched keys, when every one lies inside the space (else None)."""
+    params = parse_space(space)
+    point = {key: config_value(cfg, key) for key in params}
+    return point if all(params[key].contains(value) for key, value in point.items()) else None
+
+
+def _queue(cfg: ForgeConfig, radius: float, first_round: bool, focus: list[str]) -> list[str]:
     """The offline planner's own notes on what comes next: the rule it will follow either way."""
-    wider = min(radius * 1.5, MAX_RADIUS)  # the rule of trust_radius, stated ahead
-    narrower = radius * 0.5
-    if radius >= WHOLE:
+    start, metric = cfg.planner.trust_radius, cfg.tune.metric
+    if first_round:
         notes = [
-            f"Whatever this round over the whole bounds finds: centre the next region on the best trial"
-            f" so far, radius {cfg.planner.trust_radius:.2f}."
+            f"Next round: draw local trials within radius {start:.2f} of the best trial this round finds."
         ]
     else:
+        wider, narrower = min(radius * 1.5, MAX_RADIUS), radius * 0.5
         notes = [
-            f"If this round improves {cfg.tune.metric}: centre the next region on its best trial,"
-            f" radius {wider:.2f}.",
-            f"If it stalls: shrink the region to radius {narrower:.2f} around the best trial so far"
-            + (
-                f"; below {MIN_RADIUS:g} the next round searches the whole bounds, then radius"
-                f" {cfg.planner.trust_radius:.2f} around the best again."
-                if narrower < MIN_RADIUS
-                else "."
-            ),
+            f"If this round improves {metric}: draw the next local trials around its best, radius {wider:.2f}.",
+            f"If it stalls: radius {narrower:.2f} around the best so far"
+            + (f"; below {MIN_RADIUS:g} it starts again at {start:.2f}." if narrower < MIN_RADIUS else "."),
         ]
     if focus:
         notes.append(

@@ -21,6 +21,7 @@ MAX_TEXT = 4000
 MAX_FOCUS = 20
 MAX_NEXT = 5  # hypotheses a plan may queue for later rounds
 MAX_NEXT_TEXT = 400
+OPTIONAL_FIELDS = ("first_points",)  # the tool may leave these out; every other field it must give
 
 
 @dataclass
@@ -34,6 +35,7 @@ class ExperimentPlan:
     augment_focus: list[str] = field(default_factory=list)
     augment_n: int = 0
     next_hypotheses: list[str] = field(default_factory=list)  # the queue PLAN.md shows, for later rounds
+    first_points: list[dict[str, Any]] = field(default_factory=list)  # run before the searcher samples
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -61,6 +63,9 @@ PLAN_FIELDS = {
     "background_additions": "a short note appended to BACKGROUND.md (facts learned), or empty",
     "augment_focus": "categories the new training examples should cover",
     "augment_n": "how many new training examples to write this round (0 for none)",
+    "first_points": "points of the search space to train first, in order (each sets every searched key to "
+    "a value inside its expression; at most num_samples), e.g. the current values or a hunch to check; "
+    "the searcher picks the rest",
     "next_hypotheses": f"up to {MAX_NEXT} hypotheses worth testing in later rounds, most promising first, "
     "each one sentence (PLAN.md keeps them as the queue; revise it from what this round and PLAN.md show)",
 }
@@ -79,13 +84,18 @@ def plan_schema(planner: PlannerConfig) -> dict[str, Any]:
         "augment_focus": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_FOCUS},
         "augment_n": {"type": "integer", "minimum": 0, "maximum": planner.max_augment},
         "next_hypotheses": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_NEXT},
+        "first_points": {
+            "type": "array",
+            "items": {"type": "object", "additionalProperties": scalar},
+            "maxItems": planner.max_samples,
+        },
     }
     for name, text in PLAN_FIELDS.items():
         props[name]["description"] = text
     return {
         "type": "object",
         "properties": props,
-        "required": list(PLAN_FIELDS),
+        "required": [name for name in PLAN_FIELDS if name not in OPTIONAL_FIELDS],
         "additionalProperties": False,
     }
 
@@ -220,6 +230,8 @@ def validate_plan(raw: Any, cfg: ForgeConfig) -> ExperimentPlan:
     if any(len(h) > MAX_NEXT_TEXT for h in queued):
         problems.append(f"next_hypotheses: each at most {MAX_NEXT_TEXT} characters")
 
+    points = _first_points(raw, space, bounds, num_samples, problems)
+
     if not problems:  # the whole config must stay valid with the plan applied at every edge
         problems.extend(_config_problems(cfg, space, checked))
     if problems:
@@ -234,7 +246,47 @@ def validate_plan(raw: Any, cfg: ForgeConfig) -> ExperimentPlan:
         augment_focus=focus,
         augment_n=augment_n,
         next_hypotheses=queued,
+        first_points=points,
     )
+
+
+def _first_points(
+    raw: dict, space: dict[str, str], bounds: dict[str, Bound], num_samples: int, problems: list[str]
+) -> list[dict[str, Any]]:
+    """The plan's first points, each value typed; every problem names the point and the key."""
+    value = raw.get("first_points") or []
+    if not isinstance(value, list) or not all(isinstance(point, dict) for point in value):
+        problems.append("first_points: must be a list of objects of config key -> value")
+        return []
+    if len(value) > num_samples:
+        problems.append(f"first_points: {len(value)} points, more than num_samples ({num_samples})")
+        return []
+    try:
+        params = parse_space(space)
+    except ConfigError:  # the space's own problem is reported already
+        return []
+    points: list[dict[str, Any]] = []
+    for index, point in enumerate(value):
+        where = f"first_points[{index}]"
+        missing, extra = sorted(set(params) - set(point)), sorted(set(point) - set(params))
+        if missing or extra:
+            problems.append(
+                f"{where}: must set exactly the searched keys ({', '.join(sorted(params))})"
+                + (f"; missing {', '.join(missing)}" if missing else "")
+                + (f"; not searched: {', '.join(map(str, extra))}" if extra else "")
+            )
+            continue
+        checked: dict[str, Any] = {}
+        for key, given in point.items():
+            try:
+                checked[key] = _check_value(key, given, bounds)
+            except ConfigError as exc:
+                problems.append(f"{where}: {exc}")
+                continue
+            if not params[key].contains(checked[key]):
+                problems.append(f"{where}: '{key}'={checked[key]!r} is outside its search_space {space[key]}")
+        points.append(checked)
+    return points
 
 
 def _config_problems(cfg: ForgeConfig, space: dict[str, str], checked: dict[str, dict]) -> list[str]:

@@ -85,15 +85,9 @@ def make_searcher(
     known = [(c, r) for c, r in warm_start if _inside(params, c)]
     fresh = [p for p in first_points if _inside(params, p)]
     if cfg.tune.searcher == "optuna":
-        from ray.tune.search.optuna import OptunaSearch
+        from forge_ml.tuning.searchers import WarmStartedTPE
 
-        if known and fresh:  # Optuna pairs rewards with the leading points only when all are scored
-            known = []
-        return OptunaSearch(
-            points_to_evaluate=[c for c, _ in known] + fresh or None,
-            evaluated_rewards=[r for _, r in known] or None,
-            seed=cfg.tune.seed,
-        )
+        return WarmStartedTPE(warm_start=known, first_points=fresh, seed=cfg.tune.seed)
     from ray.tune.search import BasicVariantGenerator
 
     return BasicVariantGenerator(
