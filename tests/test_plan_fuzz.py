@@ -19,7 +19,7 @@ import pytest
 from conftest import FAST, edit_config, run_cli, shrink_jsonl
 from fake_anthropic import FakeAnthropic, Reply
 from flywheel_checks import assert_consistent, assert_trials_ran_their_rounds_config, runs_of
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 from plan_strategies import CATEGORIES, invalid_plans, valid_plans
 
@@ -195,7 +195,7 @@ def test_invalid_claude_plans_go_back_once_then_fall_back_never_applied(fake, pr
 
 
 # -- real rounds -------------------------------------------------------------------------------------
-ROUNDS = 12
+ROUNDS = 9  # each round about 18 s on the CI machine (Ray trial, MLflow, the registry)
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "drone-router"
 
 
@@ -251,7 +251,7 @@ def rounds_project(small_project) -> Project:
 )
 @given(data=st.data())
 def test_flywheel_runs_every_drawn_plan(rounds_project, data):
-    """20 Claude rounds, each plan drawn from the whole plannable space; some first replies invalid (repaired), some
+    """ROUNDS Claude rounds, each plan drawn from the whole plannable space; some first replies invalid (repaired), some
     invalid twice (offline plan instead); killed once mid-round (after its data was added). Every round completes, and each round run's params
     are what its trials ran."""
     root = rounds_project.root
@@ -266,9 +266,12 @@ def test_flywheel_runs_every_drawn_plan(rounds_project, data):
         "planner.augment_n=12",
         "flywheel.max_rounds=50",
     ]
+    # Hypothesis's first example is its simplest (every draw its first choice: all replies valid, every
+    # plan minimal); with one example allowed, reject that one so the rounds run a random draw
+    assume(data.draw(st.integers(0, 2**16)) != 0)
     cfg = compose_config(rounds_project, overrides)
     plans = [data.draw(valid_plans(cfg)) for _ in range(ROUNDS)]
-    kinds = [data.draw(st.sampled_from(["valid", "valid", "repaired", "fallback"])) for _ in range(ROUNDS)]
+    kinds = data.draw(st.permutations((["valid", "valid", "repaired", "fallback"] * ROUNDS)[:ROUNDS]))
     broken = {n: data.draw(invalid_plans(cfg))[0] for n in range(1, ROUNDS + 1)}
 
     def propose(body: dict) -> dict:
