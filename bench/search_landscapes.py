@@ -401,6 +401,7 @@ def bootstrap_interval(
     is not settled by this run.
     """
     rng = random.Random(0)
+    top, bottom = sorted(top), sorted(bottom)  # the runs end in any order: the same seeds, the same interval
     ratios = [
         stat(rng.choices(top, k=len(top))) / max(stat(rng.choices(bottom, k=len(bottom))), 1e-12)
         for _ in range(draws)

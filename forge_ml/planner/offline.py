@@ -80,14 +80,10 @@ def _fmt(value: float) -> str:
     return f"{value:.6g}"
 
 
-def _literal(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
 def bound_expression(key: str, bound: BoundConfig) -> str | None:
     """Return the sweep expression of the whole of one key's bound, or None when it is a single value."""
     if bound.choices is not None:
-        return "choice(" + ",".join(_literal(c) for c in bound.choices) + ")"
+        return SearchParam(key, "choice", tuple(bound.choices)).to_expression()
     if schema_type(key) is int:
         low, high = math.ceil(bound.low), math.floor(bound.high)
         body = f"interval({low},{high})" if low < high else None
@@ -182,7 +178,7 @@ def offline_plan(
             space[key] = expression
     if not space and (fixed or EPOCHS in cfg.planner.bounds):  # nothing left: search one point
         key, value = next(iter(fixed.items())) if fixed else (EPOCHS, config_value(cfg, EPOCHS))
-        space[key] = f"choice({_literal(value)})"
+        space[key] = SearchParam(key, "choice", (value,)).to_expression()
         fixed.pop(key, None)
     num_samples = samples_for_budget(cfg, history, remaining_s)
     failing = history.failures_by_category()
