@@ -10,13 +10,14 @@ import contextlib
 import io
 import logging
 import os
+import random
 import shutil
 import statistics
 import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -139,6 +140,23 @@ def percentile(values: Sequence[float], q: float) -> float:
     low = int(rank)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def bootstrap_ratio(
+    top: Sequence[float],
+    bottom: Sequence[float],
+    stat: Callable[[list[float]], float] = statistics.median,
+    draws: int = 2000,
+    seed: int = 12345,
+) -> tuple[float, float]:
+    """A 90 % interval of stat(top) / stat(bottom), resampling the seeds with replacement, paired:
+    top[i] and bottom[i] come from the same seed."""
+    rng = random.Random(seed)
+    n, ratios = len(top), []
+    for _ in range(draws):
+        picks = [rng.randrange(n) for _ in range(n)]
+        ratios.append(stat([top[i] for i in picks]) / max(stat([bottom[i] for i in picks]), 1e-12))
+    return percentile(ratios, 5), percentile(ratios, 95)
 
 
 def distribution(values: Sequence[float], fmt: str = ".3f", *, inner: float | None = None) -> str:

@@ -31,7 +31,7 @@ import statistics
 import sys
 import time
 
-from _common import percentile, print_table, quiet_libraries
+from _common import bootstrap_ratio, percentile, print_table, quiet_libraries
 from _landscape import unit
 
 quiet_libraries()
@@ -127,18 +127,6 @@ def random_trials(seed: int, cap: int) -> int:
         if objective(bounds, point) <= BEST_LOSS * 1.01:
             return used
     return cap
-
-
-def bootstrap_ratio(planned: list[int], randomised: list[int], draws: int = 2000) -> tuple[float, float]:
-    """A 90 % interval of median(planned) / median(random), resampling the seeds (paired)."""
-    rng = random.Random(12345)
-    n, ratios = len(planned), []
-    for _ in range(draws):
-        picks = [rng.randrange(n) for _ in range(n)]
-        ratios.append(
-            statistics.median(planned[i] for i in picks) / statistics.median(randomised[i] for i in picks)
-        )
-    return percentile(ratios, 5), percentile(ratios, 95)
 
 
 def main() -> int:

@@ -24,7 +24,8 @@ trains.
 Figures per landscape and method, over `--seeds` seeds: median and 90th percentile of the trials
 (and epochs) until a trial that ran to its end is within 1 % of the table's best dev loss, and the
 simple regret (true dev loss of the trial the run would pick, minus the table's best) after 8, 16
-and 32 trials; each ratio with a 90 % bootstrap interval over the seeds. Bounds, on every landscape:
+and 32 trials; each ratio with a 90 % bootstrap interval over the seeds (paired: both sides' runs
+of a seed drawn together). Bounds, on every landscape:
   planner+tpe / random, median trials-to-1 %   <= 0.5
   planner+tpe / tpe,    median trials-to-1 %   <= 0.8, and 90th percentile no worse than tpe's
   planner+tpe with ASHA / without, median epochs-to-1 %   <= 0.6
@@ -44,12 +45,12 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import percentile, print_table, quiet_libraries
+from _common import bootstrap_ratio, percentile, print_table, quiet_libraries
 from _landscape import METRIC, MODE, Done, Landscape, UniformPoints, read_landscape, run_round
 
 HERE = Path(__file__).resolve().parent
@@ -219,10 +220,10 @@ def measure(method: str, landscape: Landscape, seed: int, *, asha: bool, setup: 
     return Outcome(reached[0], reached[1], tuple(regret))
 
 
-def _job(args: tuple[Path, str, int, bool, Setup]) -> tuple[str, str, bool, Outcome]:
+def _job(args: tuple[Path, str, int, bool, Setup]) -> tuple[str, str, bool, int, Outcome]:
     path, method, seed, asha, setup = args
     landscape = _landscapes.get(path) or _landscapes.setdefault(path, read_landscape(path))
-    return path.stem, method, asha, measure(method, landscape, seed, asha=asha, setup=setup)
+    return path.stem, method, asha, seed, measure(method, landscape, seed, asha=asha, setup=setup)
 
 
 _landscapes: dict[Path, Landscape] = {}
@@ -281,8 +282,9 @@ def main() -> int:
     ]
     results: dict[tuple[str, str, bool], list[Outcome]] = {}
     with multiprocessing.get_context("fork").Pool(args.workers) as pool:
-        for name, method, asha, outcome in pool.imap_unordered(_job, jobs, chunksize=4):
-            results.setdefault((name, method, asha), []).append(outcome)
+        by_seed = sorted(pool.imap_unordered(_job, jobs, chunksize=4), key=lambda r: r[3])
+    for name, method, asha, _, outcome in by_seed:  # seed order: every method's i-th run is the same seed
+        results.setdefault((name, method, asha), []).append(outcome)
     ok = True
     for path in paths:
         ok &= report(read_landscape(path), results, args)
@@ -382,7 +384,7 @@ def report(
     ok = True
     for label, top, bottom, stat, bound in checks:
         ratio = stat(top) / stat(bottom)
-        low, high = bootstrap_interval(top, bottom, stat)
+        low, high = bootstrap_ratio(top, bottom, stat)
         passed = ratio <= bound
         ok &= passed
         print(
@@ -390,23 +392,6 @@ def report(
             f"   bound <= {bound}: {'PASS' if passed else 'FAIL'}"
         )
     return ok
-
-
-def bootstrap_interval(
-    top: list[float], bottom: list[float], stat: Callable[[list[float]], float], draws: int = 2000
-) -> tuple[float, float]:
-    """The 5th and 95th percentiles of stat(top) / stat(bottom) over seeds drawn again with replacement.
-
-    How far the ratio could move with another 50 seeds: a ratio whose interval straddles its bound
-    is not settled by this run.
-    """
-    rng = random.Random(0)
-    top, bottom = sorted(top), sorted(bottom)  # the runs end in any order: the same seeds, the same interval
-    ratios = [
-        stat(rng.choices(top, k=len(top))) / max(stat(rng.choices(bottom, k=len(bottom))), 1e-12)
-        for _ in range(draws)
-    ]
-    return percentile(ratios, 5), percentile(ratios, 95)
 
 
 if __name__ == "__main__":
