@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from ray.tune.search.sample import Categorical, Float, Integer
 
@@ -153,3 +155,38 @@ def test_the_searcher_tells_tpe_the_earlier_scores_and_runs_the_first_points_fir
     suggested = [searcher.suggest(f"trial-{i}") for i in range(4)]
     assert suggested[:2] == first  # in order; the point outside the space is dropped
     assert all(params[k].contains(v) for point in suggested[2:] for k, v in point.items())
+
+
+def _draws(searcher: Any, space: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    """The first `count` points a round's searcher hands out."""
+    from ray.tune.search import BasicVariantGenerator
+
+    if isinstance(searcher, BasicVariantGenerator):  # a search algorithm: Tune asks it for trials
+        searcher.add_configurations({"e": {"run": lambda c: None, "config": space, "num_samples": count}})
+        return [trial.config for trial in iter(searcher.next_trial, None)]
+    searcher.set_search_properties("dev/loss", "min", space)
+    return [searcher.suggest(f"t{i}") for i in range(count)]
+
+
+@pytest.mark.parametrize("kind", ["random", "optuna"])
+def test_each_round_samples_anew_and_the_same_history_samples_alike(kind):
+    """Every round builds a fresh searcher. Seeded alike, a random searcher over an unchanged space
+    drew the same points round after round (and TPE the same start-up points)."""
+    from forge_ml.config import ForgeConfig
+    from forge_ml.search import tune_space
+    from forge_ml.tuning.engine import make_searcher
+
+    params = parse_space(
+        {"lora.r": "choice(4,8,16,32)", "training.learning_rate": "tag(log, interval(1e-5, 1e-2))"}
+    )
+    cfg = ForgeConfig(name="t", project_dir="/p")
+    cfg.tune.searcher, cfg.tune.max_concurrent_trials = kind, 3  # the random one hands out no more at once
+
+    def round_draws(scored: list[tuple[dict[str, Any], float]]) -> list[dict[str, Any]]:
+        return _draws(make_searcher(cfg, params, scored, []), tune_space(params), 3)
+
+    round_1 = round_draws([])
+    round_2 = round_draws([({"lora.r": 8, "training.learning_rate": 1e-3}, 0.5)])
+    assert len(round_1) == len(round_2) == 3
+    assert round_1 != round_2
+    assert round_draws([]) == round_1  # deterministic: the same history gives the same draws

@@ -87,14 +87,24 @@ def make_searcher(
     if cfg.tune.searcher == "optuna":
         from forge_ml.tuning.searchers import WarmStartedTPE
 
-        return WarmStartedTPE(warm_start=known, first_points=fresh, seed=cfg.tune.seed)
+        return WarmStartedTPE(warm_start=known, first_points=fresh, seed=searcher_seed(cfg, warm_start))
     from ray.tune.search import BasicVariantGenerator
 
     return BasicVariantGenerator(
         points_to_evaluate=fresh or None,
-        random_state=cfg.tune.seed,
+        random_state=searcher_seed(cfg, warm_start),
         max_concurrent=cfg.tune.max_concurrent_trials,
     )
+
+
+def searcher_seed(cfg: ForgeConfig, warm_start: list[tuple[dict, float]]) -> int:
+    """Return the round's sampling seed: `tune.seed`, moved on by the number of trials scored so far.
+
+    Every round builds a fresh searcher. Seeded alike, each would replay the same random stream:
+    a random searcher over an unchanged space would draw the same points every round, and TPE
+    the same start-up points. The same history still gives the same seed.
+    """
+    return (cfg.tune.seed + 7919 * len(warm_start)) % 2**32
 
 
 def max_epochs(cfg: ForgeConfig, params: dict[str, SearchParam]) -> int:
