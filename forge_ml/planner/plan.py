@@ -15,7 +15,7 @@ from forge_ml.config.overrides import typed_value, with_overrides
 from forge_ml.config.planner import never_searched
 from forge_ml.data.examples import safe_category
 from forge_ml.errors import ConfigError
-from forge_ml.search import Bound, check_bounds, check_space, parse_space
+from forge_ml.search import Bound, SearchParam, check_bounds, check_space, parse_space
 
 MAX_TEXT = 4000
 MAX_FOCUS = 20
@@ -204,9 +204,11 @@ def validate_plan(raw: Any, cfg: ForgeConfig) -> ExperimentPlan:
             "search_space: name at least one key to search (choice(x) for a single value); "
             "hold the others in fixed_overrides"
         )
+    params: dict[str, SearchParam] = {}  # the keys whose expression parsed
     for key, expression in space.items():
         try:
-            check_bounds(parse_space({key: expression})[key], bounds)
+            params[key] = parse_space({key: expression})[key]
+            check_bounds(params[key], bounds)
         except ConfigError as exc:
             problems.append(str(exc))
 
@@ -230,7 +232,7 @@ def validate_plan(raw: Any, cfg: ForgeConfig) -> ExperimentPlan:
     if any(len(h) > MAX_NEXT_TEXT for h in queued):
         problems.append(f"next_hypotheses: each at most {MAX_NEXT_TEXT} characters")
 
-    points = _first_points(raw, space, bounds, num_samples, problems)
+    points = _first_points(raw, space, params, bounds, num_samples, problems)
 
     if not problems:  # the whole config must stay valid with the plan applied at every edge
         problems.extend(_config_problems(cfg, space, checked))
@@ -251,9 +253,15 @@ def validate_plan(raw: Any, cfg: ForgeConfig) -> ExperimentPlan:
 
 
 def _first_points(
-    raw: dict, space: dict[str, str], bounds: dict[str, Bound], num_samples: int, problems: list[str]
+    raw: dict,
+    space: dict[str, str],
+    params: dict[str, SearchParam],
+    bounds: dict[str, Bound],
+    num_samples: int,
+    problems: list[str],
 ) -> list[dict[str, Any]]:
-    """The plan's first points, each value typed; every problem names the point and the key."""
+    """The plan's first points, each value typed; every problem names the point and the key.
+    `params` holds the expressions of `space` that parsed."""
     value = raw.get("first_points") or []
     if not isinstance(value, list) or not all(isinstance(point, dict) for point in value):
         problems.append("first_points: must be a list of objects of config key -> value")
@@ -261,9 +269,7 @@ def _first_points(
     if len(value) > num_samples:
         problems.append(f"first_points: {len(value)} points, more than num_samples ({num_samples})")
         return []
-    try:
-        params = parse_space(space)
-    except ConfigError:  # the space's own problem is reported already
+    if len(params) < len(space):  # an expression did not parse: that problem is reported already
         return []
     points: list[dict[str, Any]] = []
     for index, point in enumerate(value):
