@@ -10,7 +10,8 @@ budget, `--concurrency` trials at a time:
                   sweeper gets
   planner+tpe     rounds as the flywheel runs them: the offline planner's plan from every trial so
                   far (the whole bounds; first points: the configured values in round 1, then
-                  points in a trust region around the best trial), and the engine's searcher
+                  points in a trust region around the best trial, one of them a pattern move
+                  after a round that moved the best), and the engine's searcher
                   (TPE warm-started with every earlier trial) suggesting the rest of the
                   `--samples` points of the round
 

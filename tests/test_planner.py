@@ -20,7 +20,13 @@ from forge_ml.data.examples import read_examples
 from forge_ml.flywheel_state import PlannerRecord
 from forge_ml.planner import RoundPlanner, validate_plan
 from forge_ml.planner.history import History, TrialRow
-from forge_ml.planner.offline import bound_expression, local_points, offline_plan, trust_radius
+from forge_ml.planner.offline import (
+    bound_expression,
+    local_points,
+    offline_plan,
+    pattern_point,
+    trust_radius,
+)
 from forge_ml.planner.plan import ExperimentPlan, PlanError
 from forge_ml.search import parse_space
 
@@ -184,6 +190,85 @@ def test_local_points_stay_in_the_region_and_inside_the_bounds_for_any_best_and_
     for point in points:
         assert point != best and _within(cfg, point, best, radius), (point, best, radius)
         assert all(params[k].contains(v) for k, v in point.items())
+
+
+def test_after_a_round_that_moved_the_best_one_first_point_goes_a_step_further_along_the_move(cfg):
+    cfg = with_overrides(cfg, {"tune.scheduler": "fifo"})  # the epochs searched too (ASHA's budget otherwise)
+    old = {key: config_value(cfg, key) for key in cfg.planner.bounds} | {
+        "training.learning_rate": 1e-3,
+        "training.epochs": 3,
+        "training.batch_size": 8,
+    }
+    new = old | {"training.learning_rate": 2e-3, "training.epochs": 4, "training.batch_size": 16}
+    moved = History(
+        trials=[
+            TrialRow(1, "a", "FINISHED", old, {"dev/loss": 0.9}),
+            TrialRow(2, "b", "FINISHED", new, {"dev/loss": 0.5}),
+            TrialRow(2, "c", "FINISHED", old | {"training.learning_rate": 5e-3}, {"dev/loss": 1.2}),
+        ]
+    )
+    plan = offline_plan(cfg, moved, round_number=3)
+    assert validate_plan(plan.to_dict(), cfg) == plan
+    # log scale for the learning rate (x2 again), one more epoch, the next batch size: the rest stay
+    assert plan.first_points[0] == new | {
+        "training.learning_rate": pytest.approx(4e-3),
+        "training.epochs": 5,
+        "training.batch_size": 32,
+    }
+    assert len(plan.first_points) == min(cfg.planner.local_points, plan.num_samples // 2)
+    radius = trust_radius(moved, cfg.planner.trust_radius, "dev/loss", "min")
+    assert all(_within(cfg, point, new, radius) for point in plan.first_points[1:])
+    drawn = len(plan.first_points) - 1
+    assert f"{drawn} trial(s) drawn within radius {radius:.2f} of trial b of round 2" in plan.hypothesis
+    assert "1 a step on along its move from trial a (a pattern move)" in plan.hypothesis
+
+    # a round that did not move the best: no pattern move, every first point in the region
+    stalled = History(trials=[*moved.trials, TrialRow(3, "d", "FINISHED", old, {"dev/loss": 0.7})])
+    plan = offline_plan(cfg, stalled, round_number=4)
+    assert pattern_point(cfg, plan.search_space, stalled, stalled.trials[1]) is None
+    assert "pattern move" not in plan.hypothesis
+    radius = trust_radius(stalled, cfg.planner.trust_radius, "dev/loss", "min")
+    assert plan.first_points and all(_within(cfg, point, new, radius) for point in plan.first_points)
+
+
+@settings(
+    max_examples=80,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)  # cfg is only read
+@given(data=st.data())
+def test_a_pattern_move_goes_along_the_move_inside_the_bounds_for_any_two_bests(cfg, data):
+    old, new = (
+        {key: data.draw(value_in(key, bound)) for key, bound in cfg.planner.bounds.items()} for _ in range(2)
+    )
+    space = {key: bound_expression(key, bound) for key, bound in cfg.planner.bounds.items()}
+    history = History(
+        trials=[
+            TrialRow(1, "a", "FINISHED", old, {"dev/loss": 0.9}),
+            TrialRow(2, "b", "FINISHED", new, {"dev/loss": 0.5}),
+        ]
+    )
+    found = pattern_point(cfg, space, history, history.trials[1])
+    if found is None:  # only when the step leads back to the best or to a point already tried
+        return
+    point, before = found
+    assert before is history.trials[0] and point not in (old, new)
+    params = parse_space(space)
+    for key, value in point.items():
+        assert params[key].contains(value), (key, value)
+        bound = cfg.planner.bounds[key]
+        if bound.choices is not None:
+            at = bound.choices.index
+            expected = min(max(2 * at(new[key]) - at(old[key]), 0), len(bound.choices) - 1)
+            assert at(value) == expected, (key, old[key], new[key], value)
+            continue
+        scale = math.log if bound.log else float
+        span = scale(bound.high) - scale(bound.low)
+        step = (scale(new[key]) - scale(old[key])) / span
+        went = (scale(value) - scale(new[key])) / span
+        slack = 0.5 / span if schema_type(key) is int else 1e-5  # integers round, floats print to 6 digits
+        assert went * step >= -slack * abs(step) and abs(went) <= abs(step) + slack, (key, old, new, value)
 
 
 def test_the_first_round_searches_the_whole_bounds_trying_the_configured_values_first(cfg):

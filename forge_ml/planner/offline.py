@@ -6,8 +6,11 @@ lacks, a local search around the best trial: the round's first trials are `plann
 points drawn inside a trust region around it. The region's radius (a share of each key's
 range, on a log scale for log bounds) starts at `planner.trust_radius`, widens by half after a
 round that beat the best and halves after one that did not; below 3 % it has searched out its
-optimum and starts again at the first radius (TuRBO's restart). The first round has no best
-trial: its first point is the configured values.
+optimum and starts again at the first radius (TuRBO's restart). After a round that moved the best,
+one of those points is Hooke and Jeeves' pattern move instead: the new best plus the step that
+led to it from the old best, so a search that is getting somewhere goes on in that direction
+faster than a radius a round. The first round has no best trial: its first point is the
+configured values.
 
 Under ASHA (`tune.scheduler=asha`) `training.epochs` is not searched: it is ASHA's budget. Every
 trial plans the configured `training.epochs` and ASHA, whose rungs are epochs, decides how many
@@ -123,6 +126,45 @@ def _index(choices: list[Any], center: Any) -> int:
     return 0
 
 
+def pattern_point(
+    cfg: ForgeConfig, space: dict[str, str], history: History, best: TrialRow
+) -> tuple[dict[str, Any], TrialRow] | None:
+    """Hooke and Jeeves' pattern move: when the latest round moved the best trial, the point one step
+    further along that move, with the best before that round (None when the latest round did not
+    move the best, or the step leads nowhere new).
+
+    The step is taken per key on the scale the trust region uses (log for a log bound, places for
+    numeric choices) and clipped to the bounds; a key of non-numeric choices keeps the best's value.
+    """
+    metric, mode = cfg.tune.metric, cfg.tune.mode
+    latest = max(t.round for t in history.trials)
+    before = History(trials=[t for t in history.trials if t.round < best.round]).best(metric, mode)
+    if best.round != latest or before is None:
+        return None
+    params = parse_space(space)
+    point: dict[str, Any] = {}
+    for key, param in params.items():
+        here = best.params.get(key, config_value(cfg, key))
+        there = before.params.get(key, config_value(cfg, key))
+        point[key] = _step_on(key, cfg.planner.bounds[key], param, there, here)
+    center = {key: best.params.get(key, config_value(cfg, key)) for key in params}
+    tried = [{key: t.params.get(key) for key in params} for t in history.trials]
+    return None if point == center or point in tried else (point, before)
+
+
+def _step_on(key: str, bound: BoundConfig, param: SearchParam, there: Any, here: Any) -> Any:
+    """One key of a pattern move: `here` plus the step from `there` to `here`, inside the bound."""
+    if bound.choices is not None:
+        choices = list(param.values)
+        if not all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in choices):
+            return here  # no direction among unordered choices
+        index = 2 * _index(choices, here) - _index(choices, there)
+        return choices[min(max(index, 0), len(choices) - 1)]
+    value = _from_unit(bound, 2 * _unit(bound, here) - _unit(bound, there))
+    value = min(max(value, param.low), param.high)
+    return round(value) if schema_type(key) is int else float(_fmt(value))
+
+
 def local_points(
     cfg: ForgeConfig, space: dict[str, str], history: History, best: TrialRow, radius: float, count: int
 ) -> list[dict[str, Any]]:
@@ -200,11 +242,20 @@ def offline_plan(
         search = "TPE over the whole bounds" + (", the configured values first" if first else "")
     else:
         count = min(cfg.planner.local_points, num_samples // 2)  # at least half of a round is TPE's
-        points = local_points(cfg, space, history, best, radius, count)
+        pattern = pattern_point(cfg, space, history, best) if count else None
+        moved = [pattern[0]] if pattern else []
+        drawn = [p for p in local_points(cfg, space, history, best, radius, count) if p not in moved]
+        drawn = drawn[: count - len(moved)]
+        points = moved + drawn
         search = (
-            f"{len(points)} trial(s) drawn within radius {radius:.2f} of trial {best.trial_id} of round"
-            f" {best.round} ({metric} {best.metrics[metric]:.4g}), the rest by TPE over the whole bounds,"
-            " warm-started with every trial so far"
+            f"{len(drawn)} trial(s) drawn within radius {radius:.2f} of trial"
+            f" {best.trial_id} of round {best.round} ({metric} {best.metrics[metric]:.4g}),"
+            + (
+                f" 1 a step on along its move from trial {pattern[1].trial_id} (a pattern move),"
+                if pattern
+                else ""
+            )
+            + " the rest by TPE over the whole bounds, warm-started with every trial so far"
         )
     return ExperimentPlan(
         hypothesis=f"Round {round_number}: {search}{budget}; {data}.",
@@ -235,7 +286,8 @@ def _queue(cfg: ForgeConfig, radius: float, first_round: bool, focus: list[str])
     else:
         wider, narrower = min(radius * 1.5, MAX_RADIUS), radius * 0.5
         notes = [
-            f"If this round improves {metric}: draw the next local trials around its best, radius {wider:.2f}.",
+            f"If this round improves {metric}: draw the next local trials around its best, radius {wider:.2f},"
+            " one of them a step further along the move to it.",
             f"If it stalls: radius {narrower:.2f} around the best so far"
             + (f"; below {MIN_RADIUS:g} it starts again at {start:.2f}." if narrower < MIN_RADIUS else "."),
         ]
