@@ -30,9 +30,13 @@ Rules:
 - search_space values are Hydra sweep expressions: choice(a,b,c), interval(lo,hi),
   tag(log, interval(lo,hi)) for a log scale, range(start,stop[,step]).
 - forge_yaml_patches are permanent; use them only for settings that proved better.
-- Narrow the space around what worked; widen it when rounds stop improving.
+- The searcher is told every earlier trial inside search_space, so a wide space keeps what was
+  learnt and can still move to a better region. Narrow it to rule out a region that failed, not to
+  zoom in: a narrow space that settles early on a wrong choice can take many rounds to leave.
+  Zoom in with first_points instead.
 - first_points (optional) are trained first, before the searcher samples: use them for values
-  worth checking exactly (the current ones in a first round over wide bounds, a hunch). Each sets
+  worth checking exactly (the current ones in a first round over wide bounds, a few points near
+  the best trial, one a step further along the move that last improved it, a hunch). Each sets
   every key of search_space to a value inside its expression.
 - Put new training examples where the gold failures are.
 
