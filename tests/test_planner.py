@@ -48,6 +48,14 @@ def cfg(example_project):
     return compose_config(example_project, ["planner.timeout_s=3", "planner.max_retries=0"])
 
 
+# hypothesis with the function-scoped `cfg` fixture: the tests only read it
+READS_CFG = {
+    "deadline": None,
+    "derandomize": True,
+    "suppress_health_check": [HealthCheck.function_scoped_fixture],
+}
+
+
 def plan_with(**changes) -> dict:
     return {**VALID, **changes}
 
@@ -171,12 +179,7 @@ def test_later_rounds_search_the_whole_bounds_and_first_try_points_around_the_be
     assert "split by gold failures over hover (5), land (2), rtl (1)" in plan.hypothesis
 
 
-@settings(
-    max_examples=60,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)  # cfg is only read
+@settings(max_examples=60, **READS_CFG)
 @given(data=st.data())
 def test_local_points_stay_in_the_region_and_inside_the_bounds_for_any_best_and_radius(cfg, data):
     best = {key: data.draw(value_in(key, bound)) for key, bound in cfg.planner.bounds.items()}
@@ -231,12 +234,7 @@ def test_after_a_round_that_moved_the_best_one_first_point_goes_a_step_further_a
     assert plan.first_points and all(_within(cfg, point, new, radius) for point in plan.first_points)
 
 
-@settings(
-    max_examples=80,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)  # cfg is only read
+@settings(max_examples=80, **READS_CFG)
 @given(data=st.data())
 def test_a_pattern_move_goes_along_the_move_inside_the_bounds_for_any_two_bests(cfg, data):
     old, new = (
