@@ -142,14 +142,25 @@ def pattern_point(
     if best.round != latest or before is None:
         return None
     params = parse_space(space)
-    point: dict[str, Any] = {}
-    for key, param in params.items():
-        here = best.params.get(key, config_value(cfg, key))
-        there = before.params.get(key, config_value(cfg, key))
-        point[key] = _step_on(key, cfg.planner.bounds[key], param, there, here)
-    center = {key: best.params.get(key, config_value(cfg, key)) for key in params}
-    tried = [{key: t.params.get(key) for key in params} for t in history.trials]
+    center, tried = _center_and_tried(cfg, params, history, best)
+    point = {
+        key: _step_on(key, cfg.planner.bounds[key], param, _value(cfg, before, key), center[key])
+        for key, param in params.items()
+    }
     return None if point == center or point in tried else (point, before)
+
+
+def _value(cfg: ForgeConfig, trial: TrialRow, key: str) -> Any:
+    """The trial's value of `key`, or the configured one when the trial predates the key's bound."""
+    return trial.params.get(key, config_value(cfg, key))
+
+
+def _center_and_tried(
+    cfg: ForgeConfig, params: dict[str, SearchParam], history: History, best: TrialRow
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The best trial's point in `params`, and every trial's, for the moves around it to avoid."""
+    center = {key: _value(cfg, best, key) for key in params}
+    return center, [{key: t.params.get(key) for key in params} for t in history.trials]
 
 
 def _step_on(key: str, bound: BoundConfig, param: SearchParam, there: Any, here: Any) -> Any:
@@ -170,8 +181,7 @@ def local_points(
 ) -> list[dict[str, Any]]:
     """Up to `count` points of `space` drawn around `best`, none tried before nor equal to each other."""
     params = parse_space(space)
-    center = {key: best.params.get(key, config_value(cfg, key)) for key in params}
-    tried = [{key: t.params.get(key) for key in params} for t in history.trials]
+    center, tried = _center_and_tried(cfg, params, history, best)
     # seeded by the run's seed and the history: the same history gives the same plan, and every
     # round (and every run with another tune.seed) draws anew
     rng = random.Random(f"{cfg.tune.seed}:{len(history.trials)}")
