@@ -198,9 +198,7 @@ def test_the_first_round_searches_the_whole_bounds_trying_the_configured_values_
     _whole_bounds(cfg, plan)
     configured = {key: config_value(cfg, key) for key in parse_space(plan.search_space)}
     assert plan.first_points == [configured]
-    assert (
-        validate_plan(plan.to_dict(), cfg) == plan
-    )  # what Claude's replies must pass, the offline plan passes
+    assert validate_plan(plan.to_dict(), cfg) == plan  # what Claude's replies must pass, this passes
     assert "TPE over the whole bounds, the configured values first" in plan.hypothesis
 
 

@@ -17,9 +17,7 @@ from forge_ml.data.examples import read_examples
 from forge_ml.flywheel_state import PlannerRecord
 from forge_ml.planner import RoundPlanner, validate_plan
 from forge_ml.planner.history import History
-from forge_ml.planner.offline import (
-    offline_plan,
-)
+from forge_ml.planner.offline import offline_plan
 from forge_ml.planner.plan import ExperimentPlan, PlanError
 
 VALID = {

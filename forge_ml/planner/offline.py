@@ -152,7 +152,7 @@ def pattern_point(
 
 def _value(cfg: ForgeConfig, trial: TrialRow, key: str) -> Any:
     """The trial's value of `key`, or the configured one when the trial predates the key's bound."""
-    return trial.params.get(key, config_value(cfg, key))
+    return trial.params[key] if key in trial.params else config_value(cfg, key)
 
 
 def _center_and_tried(
