@@ -1,0 +1,110 @@
+"""Benchmark: `make install`'s main step, forge-ml and its dependencies, through pip and through uv.
+
+Each repeat makes two fresh virtual environments with the same torch already in them
+(scripts/install_torch.sh, untimed: `make install` runs it first either way), then times one
+command in each, both with their download caches off (a CI machine starts with none):
+
+  pip   pip install --no-cache-dir -e ".[dev]"              (what `make install` ran before)
+  uv    uv pip install --no-cache --python <venv> -e ".[dev]"  (what it runs now)
+
+The two alternate in order; the verdict is the ratio of the medians. It also checks that the two
+environments hold the same distributions at the same versions (uv itself aside): a faster install
+of different packages would not be the same install. Needs the package registries. Bound:
+uv / pip <= 0.3.
+
+    .venv/bin/python bench/install_time.py [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import median, ratio_range
+
+BOUND = 0.3
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fresh_venv(folder: Path) -> Path:
+    """A new venv with torch (and uv, to run the uv side) installed, untimed; return its python."""
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
+    python = folder / "bin" / "python"
+    subprocess.run([str(ROOT / "scripts" / "install_torch.sh"), str(python)], check=True, capture_output=True)
+    return python
+
+
+def installed(python: Path) -> dict[str, str]:
+    code = "import importlib.metadata as m, json; print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))"
+    out = subprocess.run([str(python), "-c", code], check=True, capture_output=True, text=True)
+    found = json.loads(out.stdout)
+    found.pop("uv", None)
+    return found
+
+
+def timed_install(kind: str, python: Path, uv: Path) -> float:
+    if kind == "pip":
+        command = [str(python), "-m", "pip", "install", "--quiet", "--no-cache-dir", "-e", ".[dev]"]
+    else:
+        command = [
+            str(uv),
+            "pip",
+            "install",
+            "--quiet",
+            "--no-cache",
+            "--python",
+            str(python),
+            "-e",
+            ".[dev]",
+        ]
+    started = time.perf_counter()
+    subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent))
+    if uv is None:
+        print("uv is not installed in this environment: run `make install` first", file=sys.stderr)
+        return 2
+    times: dict[str, list[float]] = {"pip": [], "uv": []}
+    same = True
+    with tempfile.TemporaryDirectory(prefix="forge-install-bench-") as tmp:
+        for n in range(args.repeats):
+            order = ("pip", "uv") if n % 2 == 0 else ("uv", "pip")
+            pythons = {kind: fresh_venv(Path(tmp) / f"{kind}-{n}") for kind in order}
+            for kind in order:
+                times[kind].append(timed_install(kind, pythons[kind], Path(uv)))
+            by_pip, by_uv = installed(pythons["pip"]), installed(pythons["uv"])
+            if by_pip != by_uv:
+                same = False
+                differ = sorted(set(by_pip.items()) ^ set(by_uv.items()))
+                print(f"repeat {n}: the two environments differ: {differ}")
+            else:
+                print(f"repeat {n}: both environments hold the same {len(by_pip)} distributions")
+    pip, uv_time = median(times["pip"]), median(times["uv"])
+    ratio = uv_time / pip
+    print(f"{'':5} {'median s':>9}  runs (s)")
+    for kind, values in times.items():
+        print(f"{kind:5} {median(values):9.1f}  {' '.join(f'{v:.1f}' for v in values)}")
+    passed = ratio <= BOUND and same
+    print(
+        f"uv / pip = {ratio:.3f} (per-run range {ratio_range(times['uv'], times['pip'])}) bound <= {BOUND}, "
+        f"same distributions: {'yes' if same else 'no'}: {'PASS' if passed else 'FAIL'}"
+    )
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
