@@ -30,7 +30,7 @@ $(VPY):
 
 # torch through pip (scripts/install_torch.sh: the CPU build where there is no GPU; uv does not
 # read pip's configuration), then the rest through uv, which keeps that torch: the same 173
-# distributions as pip installs, in 10 s instead of 114-130 s (bench/install_time.py).
+# distributions as pip installs, in 11 s instead of 81-115 s (bench/install_time.py).
 UV := $(VENV)/bin/uv
 $(STAMP): pyproject.toml scripts/install_torch.sh | $(VPY)
 	scripts/install_torch.sh $(VPY)

@@ -1,8 +1,9 @@
 """Benchmark: `make install`'s main step, forge-ml and its dependencies, through pip and through uv.
 
-Each repeat makes two fresh virtual environments with the same torch already in them
-(scripts/install_torch.sh, untimed: `make install` runs it first either way), then times one
-command in each, both with their download caches off (a CI machine starts with none):
+Each repeat makes two fresh virtual environments as `make install` starts them (pip upgraded,
+the CPU torch in through scripts/install_torch.sh, untimed: it runs first either way), then times
+one command in each, both with their download caches off (a CI machine starts with none). The uv
+side runs the uv that `make install` put in this environment:
 
   pip   pip install --no-cache-dir -e ".[dev]"              (what `make install` ran before)
   uv    uv pip install --no-cache --python <venv> -e ".[dev]"  (what it runs now)
@@ -33,9 +34,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def fresh_venv(folder: Path) -> Path:
-    """A new venv with torch (and uv, to run the uv side) installed, untimed; return its python."""
+    """A new venv as `make install` starts it (pip upgraded, the CPU torch in), untimed; return its python."""
     subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
     python = folder / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"], check=True, capture_output=True
+    )
     subprocess.run([str(ROOT / "scripts" / "install_torch.sh"), str(python)], check=True, capture_output=True)
     return python
 
