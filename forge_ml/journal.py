@@ -278,6 +278,12 @@ def git_commit(project: Project, message: str, paths: list[Path]) -> bool:
         inside = _git(project.root, "rev-parse", "--is-inside-work-tree")
         if inside.returncode != 0 or inside.stdout.strip() != "true" or not present:
             return False
+        ignored = set(_git(project.root, "check-ignore", "--", *present).stdout.splitlines())
+        if ignored:  # a project made inside a repository that ignores it, before `init` knew to check
+            log.info("not committed: the enclosing git repository ignores %s", ", ".join(sorted(ignored)))
+            present = [p for p in present if p not in ignored]
+            if not present:
+                return False
         _git(project.root, "add", "--", *present)
         done = _git(project.root, "commit", "-q", "--only", "-m", message, "--", *present)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -292,14 +298,20 @@ def git_commit(project: Project, message: str, paths: list[Path]) -> bool:
 def git_init(root: Path) -> str:
     """Make `root` a git repository with a first commit of what is in it; return what happened.
 
-    A directory already inside a work tree is left alone (its rounds commit there). A missing
-    `git`, or no committer identity, leaves a repository without a first commit, and says so.
+    A directory already inside a work tree is left alone (its rounds commit there), unless that
+    repository ignores it (`make demo`'s project inside a checkout of forge-ml): then it gets a
+    repository of its own. A missing `git`, or no committer identity, leaves a repository without
+    a first commit, and says so.
     """
 
+    enclosing = ""
     try:
         inside = _git(root, "rev-parse", "--show-toplevel")
         if inside.returncode == 0:
-            return f"inside the git repository {inside.stdout.strip()}: rounds commit there"
+            top = inside.stdout.strip()
+            if _git(root, "check-ignore", "-q", "--", str(root.resolve())).returncode != 0:
+                return f"inside the git repository {top}: rounds commit there"
+            enclosing = f" of its own ({top} ignores this directory)"
         made = _git(root, "init", "-q")
         if made.returncode != 0:
             return f"not a git repository: git init failed ({(made.stderr or made.stdout).strip()[:200]})"
@@ -309,10 +321,10 @@ def git_init(root: Path) -> str:
         return f"not a git repository: {describe(exc)}"
     if first.returncode != 0:
         return (
-            "a git repository without a first commit (set git's user.name and user.email so that "
-            f"rounds can commit): {(first.stderr or first.stdout).strip()[:200]}"
+            f"a git repository{enclosing} without a first commit (set git's user.name and user.email "
+            f"so that rounds can commit): {(first.stderr or first.stdout).strip()[:200]}"
         )
-    return "a git repository: each flywheel round commits forge.yaml, the dataset and the notes"
+    return f"a git repository{enclosing}: each flywheel round commits forge.yaml, the dataset and the notes"
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess:

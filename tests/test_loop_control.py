@@ -46,6 +46,13 @@ def test_init_makes_a_git_repository_unless_told_not_to(tmp_path):
     assert nested["git"] == f"inside the git repository {root}: rounds commit there"
     assert not (root / "nested" / ".git").exists()
 
+    # inside a repository that ignores it (make demo's project in a checkout): a repository of its own
+    before = (git(root, "status", "--porcelain"), git(root, "log", "--format=%H"))
+    own = envelope(run_cli("--json", "init", "scratch", "--dir", str(root / "output"), env=GIT_ENV))
+    assert own["git"].startswith(f"a git repository of its own ({root} ignores this directory): each")
+    assert git(root / "output" / "scratch", "log", "--format=%s").splitlines() == ["forge-ml init"]
+    assert (git(root, "status", "--porcelain"), git(root, "log", "--format=%H")) == before  # untouched
+
     no_identity = {
         "GIT_CONFIG_GLOBAL": "/dev/null",
         "GIT_CONFIG_NOSYSTEM": "1",
@@ -106,3 +113,37 @@ def test_iters_runs_that_many_more_rounds_each_a_commit_logged_with_times(tmp_pa
         )
     both = run_cli(*args, "--iters", "1", "--rounds", "9", env=GIT_ENV)
     assert both.returncode == 1 and "not allowed with argument" in both.stderr
+
+
+def test_a_round_commits_only_what_the_enclosing_repository_does_not_ignore(tmp_path, monkeypatch, caplog):
+    """A project made inside a repository that ignores all or part of it (before `init` checked):
+    the ignored files are left out of the round's commit, with no failure logged, the rest committed."""
+    import logging
+
+    from forge_ml import journal
+    from forge_ml.project import Project
+
+    for key, value in GIT_ENV.items():
+        monkeypatch.setenv(key, value)
+    outer = tmp_path / "outer"
+    outer.mkdir()
+    git(outer, "init", "-q")
+    (outer / ".gitignore").write_text("/hidden/\nBACKGROUND.md\n")
+    git(outer, "add", ".gitignore")
+    git(outer, "commit", "-q", "-m", "outer")
+    assert run_cli("init", "hidden", "--dir", str(outer), "--no-git").returncode == 0
+    assert run_cli("init", "seen", "--dir", str(outer), "--no-git").returncode == 0
+
+    caplog.set_level(logging.INFO, logger="forge_ml.journal")
+    hidden, seen = Project(outer / "hidden"), Project(outer / "seen")
+    for project, committed in ((hidden, False), (seen, True)):
+        files = journal.round_files(project, project.root / "dataset" / "canonical.jsonl")
+        assert (project.root / "BACKGROUND.md") in files and (project.root / "BACKGROUND.md").exists()
+        assert journal.git_commit(project, "forge iter 1", files) is committed
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    assert "ignores" in caplog.text
+    commits = git(outer, "log", "--format=%s").splitlines()
+    assert commits == ["forge iter 1", "outer"]
+    committed = git(outer, "show", "--name-only", "--format=", "HEAD").split()
+    assert "seen/forge.yaml" in committed and not any(c.startswith("hidden/") for c in committed)
+    assert "seen/BACKGROUND.md" not in committed  # ignored by the outer repository, left out
