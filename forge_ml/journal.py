@@ -278,9 +278,12 @@ def git_commit(project: Project, message: str, paths: list[Path]) -> bool:
         inside = _git(project.root, "rev-parse", "--is-inside-work-tree")
         if inside.returncode != 0 or inside.stdout.strip() != "true" or not present:
             return False
-        ignored = set(_git(project.root, "check-ignore", "--", *present).stdout.splitlines())
-        if ignored:  # a project made inside a repository that ignores it, before `init` knew to check
-            log.info("not committed: the enclosing git repository ignores %s", ", ".join(sorted(ignored)))
+        # what git ignores stays out (a project made inside a repository that ignores it, before
+        # `init` checked for that): `git add` of an ignored path fails, and the commit with it
+        listed = _git(project.root, "check-ignore", "--stdin", "-z", stdin="\0".join(present) + "\0")
+        ignored = set(listed.stdout.split("\0")) - {""}
+        if ignored:
+            log.info("not committed: git ignores %s", ", ".join(sorted(ignored)))
             present = [p for p in present if p not in ignored]
             if not present:
                 return False
@@ -327,8 +330,8 @@ def git_init(root: Path) -> str:
     return f"a git repository{enclosing}: each flywheel round commits forge.yaml, the dataset and the notes"
 
 
-def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+def _git(root: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     """Run `git -C root ARGS`, capturing its output (a non-zero exit is the caller's to read)."""
     return subprocess.run(
-        ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60, check=False
+        ["git", "-C", str(root), *args], input=stdin, capture_output=True, text=True, timeout=60, check=False
     )
