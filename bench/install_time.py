@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import median, ratio_range
+from _common import median, positive_int, ratio_range
 
 BOUND = 0.3
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,20 +53,11 @@ def installed(python: Path) -> dict[str, str]:
 
 
 def timed_install(kind: str, python: Path, uv: Path) -> float:
+    target = ["--quiet", "-e", ".[dev]"]
     if kind == "pip":
-        command = [str(python), "-m", "pip", "install", "--quiet", "--no-cache-dir", "-e", ".[dev]"]
+        command = [str(python), "-m", "pip", "install", "--no-cache-dir", *target]
     else:
-        command = [
-            str(uv),
-            "pip",
-            "install",
-            "--quiet",
-            "--no-cache",
-            "--python",
-            str(python),
-            "-e",
-            ".[dev]",
-        ]
+        command = [str(uv), "pip", "install", "--no-cache", "--python", str(python), *target]
     started = time.perf_counter()
     subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
     return time.perf_counter() - started
@@ -76,7 +67,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=positive_int, default=2)
     args = parser.parse_args()
     uv = shutil.which("uv", path=str(Path(sys.executable).parent))
     if uv is None:
