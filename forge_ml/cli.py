@@ -112,6 +112,8 @@ def _setup_logging(verbose: bool) -> None:
     logging.getLogger("forge_ml").setLevel(logging.DEBUG if verbose else logging.INFO)
     for noisy in ("mlflow", "alembic", "urllib3", "httpx", "filelock", "optuna"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if not verbose:  # MLflow sets its loggers' level when imported (later, lazily), from this variable
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 
 def _run(command: Command, ctx: Context) -> tuple[int, BaseException | None]:

@@ -48,7 +48,13 @@ def champion(tmp_path_factory) -> Iterator[dict]:
             mlflow.artifacts.download_artifacts(model_uri, dst_path=str(tmp_path_factory.mktemp("model")))
         )
         expected = mlflow.pyfunc.load_model(model_uri).predict(PROMPTS)
-        yield {"tracking_uri": uri, "model_uri": model_uri, "local": local, "expected": expected}
+        yield {
+            "tracking_uri": uri,
+            "model_uri": model_uri,
+            "local": local,
+            "expected": expected,
+            "printed": result.stdout + result.stderr,
+        }
     finally:
         mlflow.set_tracking_uri(None)
         mlflow.set_registry_uri(None)
@@ -73,6 +79,20 @@ def _post(port: int, payload: dict) -> dict:
     )
     with urllib.request.urlopen(request, timeout=120) as response:
         return json.loads(response.read())
+
+
+# What the libraries print on their own at INFO, or warn about where forge-ml already chose
+LIBRARY_CHATTER = (
+    "Token authentication is enabled for this Ray cluster",  # Ray: every new local runtime
+    "A new study created in memory",  # Optuna: every round's searcher
+    "Validating input example against model signature",  # MLflow: every registered version
+)
+
+
+def test_a_round_prints_forge_mls_own_lines_not_the_libraries_chatter(champion):
+    said = champion["printed"].replace("\n", " ")
+    assert "round-001: best trial" in said and "promoted to champion" in said
+    assert [line for line in LIBRARY_CHATTER if line in said] == []
 
 
 def test_the_champion_carries_a_signature_an_example_and_its_code(champion):

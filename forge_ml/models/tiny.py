@@ -69,7 +69,7 @@ def build_tiny_model(texts: Sequence[str], cfg: TinyModelConfig, cache_root: Pat
     target = cache_root / f"tiny-{tiny_model_hash(texts, cfg)}"
     if (target / "config.json").is_file():
         return target
-    log.info("building tiny model %s", target.name)
+    log.debug("building tiny model %s", target.name)  # the stage says so itself when it takes a while
     with Stage(f"building the tiny model {target.name} (tokenizer from {len(texts):,} texts)", unit="models"):
         return _build(texts, cfg, cache_root, target)
 

@@ -13,6 +13,8 @@ from forge_ml.project import Project
 
 log = logging.getLogger(__name__)
 
+_RAY_AUTH_SETUP = "ray._private.authentication.authentication_token_setup"  # where Ray logs that notice
+
 
 @contextmanager
 def ray_runtime(tune_cfg: TuneConfig) -> Iterator[None]:
@@ -32,6 +34,10 @@ def ray_runtime(tune_cfg: TuneConfig) -> Iterator[None]:
         if tune_cfg.address:
             ray.init(address=tune_cfg.address, **kwargs)
         else:  # "local": a runtime of our own, never a cluster `ray start` left on this machine
+            # Ray turns token authentication on for a new local runtime (RAY_AUTH_MODE unset) and
+            # says so at WARNING on every start: a notice about a runtime only this process uses.
+            # (Setting RAY_AUTH_MODE here instead is too late: Ray read its config when imported.)
+            logging.getLogger(_RAY_AUTH_SETUP).setLevel(logging.ERROR)
             ray.init(address="local", num_cpus=tune_cfg.num_cpus, **kwargs)
     except ConnectionError as exc:
         raise RuntimeFault(

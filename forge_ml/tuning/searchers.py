@@ -7,9 +7,17 @@ inside its space shape TPE's model, and the plan's `first_points` run before TPE
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import optuna
 from ray.tune.search.optuna import OptunaSearch
+
+# Optuna puts its logger at INFO when imported, over the CLI's setting: one "A new study created in
+# memory" line a round. Its INFO lines are shown with forge-ml's own debug lines (`-v`) only.
+optuna.logging.set_verbosity(
+    logging.DEBUG if logging.getLogger("forge_ml").isEnabledFor(logging.DEBUG) else logging.WARNING
+)
 
 
 class WarmStartedTPE(OptunaSearch):
