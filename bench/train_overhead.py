@@ -152,7 +152,7 @@ def run_bare(
 
     from forge_ml.models.generation import NO_HUB_KERNELS
     from forge_ml.models.loader import torch_dtype
-    from forge_ml.training import mixed_precision
+    from forge_ml.training import checkpointing_argument, mixed_precision
 
     cfg = bp.cfg
     t, lora = cfg.training, cfg.lora
@@ -178,7 +178,7 @@ def run_bare(
         data_seed=t.seed,
         bf16=bf16,
         fp16=fp16,
-        gradient_checkpointing=False,
+        **{checkpointing_argument(): False},  # the installed transformers' name (5.x renamed it)
         max_length=t.max_seq_length,
         logging_strategy="epoch",
         eval_strategy="epoch",

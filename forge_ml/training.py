@@ -52,6 +52,8 @@ def mixed_precision(precision: str) -> tuple[bool, bool]:
 
 def trainer_arguments(cfg: ForgeConfig, output_dir: Path, *, tqdm: bool) -> dict[str, Any]:
     """The Hugging Face TrainingArguments every forge-ml trainer shares (SFT and pretraining)."""
+    import torch
+
     bf16, fp16 = mixed_precision(cfg.training.precision)
     t = cfg.training
     return {
@@ -69,12 +71,24 @@ def trainer_arguments(cfg: ForgeConfig, output_dir: Path, *, tqdm: bool) -> dict
         "data_seed": t.seed,
         "bf16": bf16,
         "fp16": fp16,
-        "gradient_checkpointing": t.gradient_checkpointing,
+        checkpointing_argument(): t.gradient_checkpointing,
         "logging_strategy": "epoch",
         "report_to": "none",
         "disable_tqdm": not tqdm,
         "dataloader_num_workers": 0,
+        "dataloader_pin_memory": torch.cuda.is_available(),  # pinned memory serves copies to a GPU only
     }
+
+
+def checkpointing_argument() -> str:
+    """Return TrainingArguments' name for activation checkpointing: transformers 5.x renamed it from
+    `gradient_checkpointing` (a deprecated alias, which warns even when False)."""
+    from dataclasses import fields
+
+    from transformers import TrainingArguments
+
+    names = {f.name for f in fields(TrainingArguments)}
+    return "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
 
 
 def sft_config(

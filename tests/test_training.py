@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 from conftest import THREADS
 
@@ -56,18 +58,23 @@ def test_lora_changes_the_adapter_and_never_the_base(setup, tmp_path):
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
     data = sft_dataset(EXAMPLES, tokenizer, SYSTEM)
     epochs: list[tuple[dict, int]] = []
-    outcome = train_sft(
-        cfg,
-        model,
-        tokenizer,
-        data,
-        data,
-        tmp_path / "adapter",
-        peft_config=peft_config_for(cfg),
-        on_epoch=lambda m, step: epochs.append((m, step)),
-        tqdm=False,
-        scratch_dir=tmp_path / "scratch",
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outcome = train_sft(
+            cfg,
+            model,
+            tokenizer,
+            data,
+            data,
+            tmp_path / "adapter",
+            peft_config=peft_config_for(cfg),
+            on_epoch=lambda m, step: epochs.append((m, step)),
+            tqdm=False,
+            scratch_dir=tmp_path / "scratch",
+        )
+    # the arguments forge-ml passes carry the installed transformers' own names and fit the device
+    said = [str(w.message) for w in caught]
+    assert [m for m in said if "`gradient_checkpointing` is deprecated" in m or "pin_memory" in m] == []
     trained = outcome.model
     state = trained.state_dict()
     base_keys = [k for k in state if "lora_" not in k and "modules_to_save" not in k]
@@ -87,3 +94,21 @@ def test_lora_changes_the_adapter_and_never_the_base(setup, tmp_path):
     assert (tmp_path / "adapter" / "adapter_config.json").is_file()
     assert (tmp_path / "adapter" / "tokenizer_config.json").is_file()
     assert outcome.tokens_per_s > 0
+
+
+@pytest.mark.parametrize("checkpointing", [True, False])
+def test_trainer_arguments_switch_activation_checkpointing_without_a_deprecation(
+    setup, tmp_path, checkpointing
+):
+    import torch
+    from transformers import TrainingArguments
+
+    from forge_ml.training import trainer_arguments
+
+    cfg, _ref, _tokenizer = setup
+    cfg.training.gradient_checkpointing = checkpointing
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        args = TrainingArguments(**trainer_arguments(cfg, tmp_path, tqdm=False))
+    assert args.gradient_checkpointing is checkpointing  # what the Trainer reads to switch it on
+    assert args.dataloader_pin_memory is torch.cuda.is_available()

@@ -147,7 +147,6 @@ def pack_blocks(texts: list[str], tokenizer: Any, block_size: int) -> list[list[
 
 
 def _training_args(cfg: ForgeConfig, output_dir: Path) -> Any:
-    import torch
     from transformers import TrainingArguments
 
     from forge_ml.training import trainer_arguments
@@ -156,7 +155,6 @@ def _training_args(cfg: ForgeConfig, output_dir: Path) -> Any:
         **trainer_arguments(cfg, output_dir, tqdm=console.is_terminal),
         eval_strategy="no",
         save_strategy="no",
-        dataloader_pin_memory=torch.cuda.is_available(),
     )
 
 
