@@ -131,7 +131,8 @@ def _print_eval(summary: Any) -> None:
 
     r, judged = summary.report, summary.judge
     shown = summary.target + (f" (v{summary.version})" if summary.version else "")
-    title = f"{shown}: gold accuracy {r.accuracy:.3f} ({r.correct}/{r.total})"
+    results.print(f"evaluated: {shown}", highlight=False, soft_wrap=True)  # a path: a title would fold it
+    title = f"gold accuracy {r.accuracy:.3f} ({r.correct}/{r.total})"
     if judged is not None:
         title += (
             f", judge accuracy {judged.report.accuracy:.3f} "
