@@ -11,12 +11,13 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from forge_ml.config import ForgeConfig, validate_config
+from forge_ml.config import ForgeConfig, did_you_mean, validate_config
 from forge_ml.errors import ConfigError, ForgeError, RuntimeFault, describe, first_line
 from forge_ml.project import CONFIG_FILE, Project, read_utf8
 
@@ -28,14 +29,42 @@ def _project_override(project: Project) -> str:
     return f"++project_dir={project.root}"
 
 
-def _composition_error(project: Project, exc: Exception) -> ConfigError:
+# Hydra's words for a config group option that does not exist, e.g. `model=nosuch`
+_NO_OPTION = re.compile(r"^(?:In '(?P<parent>[^']+)': )?Could not find '(?P<group>.+)/(?P<option>[^/']+)'")
+
+
+def _composition_error(project: Project, exc: Exception, overrides: list[str]) -> ConfigError:
+    """Name where the bad key or option came from: a command-line override, else forge.yaml."""
     lines = [line for line in str(exc).splitlines() if line.strip()]
     message = "; ".join(lines[:3]) or type(exc).__name__
     cause = exc.__cause__
     key = getattr(cause, "full_key", None)
     if key and "not in struct" in str(cause):
-        message = f"unknown key '{key}' ({message})"
+        message = f"unknown key '{key}'{did_you_mean(key)}"
+    elif lines and (missing := _NO_OPTION.match(lines[0])):
+        key = missing["group"]
+        message = f"'{key}' has no option '{missing['option']}'"
+        if missing["parent"] not in (None, CONFIG_FILE.removesuffix(".yaml")):
+            message += f" (in '{missing['parent']}')"
+        options = _listed_options(lines)
+        message += f" (options: {', '.join(options)})" if options else ""
+    given = next((o for o in overrides if key and o.split("=", 1)[0].lstrip("+~") == key), None)
+    if given is not None:
+        return ConfigError(f"command line: {given}: {message}")
     return ConfigError(f"{project.config_file}: cannot compose the config: {message}")
+
+
+def _listed_options(lines: list[str]) -> list[str]:
+    """The options Hydra lists, one per tab-indented line, under "Available options in '<group>':"."""
+    start = next((i for i, line in enumerate(lines) if line.startswith("Available options in")), None)
+    if start is None:
+        return []
+    options = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("\t"):
+            break
+        options.append(line.strip())
+    return options
 
 
 def _yaml_error(project: Project, exc: Exception) -> ConfigError:
@@ -65,9 +94,9 @@ def compose_config(project: Project, overrides: list[str]) -> ForgeConfig:
         raise _yaml_error(project, exc) from None
     except UnicodeDecodeError as exc:
         read_utf8(project.config_file)  # raises InputError naming the line
-        raise _composition_error(project, exc) from None
+        raise _composition_error(project, exc, overrides) from None
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        raise _composition_error(project, exc) from None
+        raise _composition_error(project, exc, overrides) from None
     return validate_config(cfg)
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "TrialResources",
     "TuneConfig",
     "config_hash",
+    "did_you_mean",
     "validate_config",
 ]
 
@@ -105,7 +106,7 @@ def _describe(exc: OmegaConfBaseException, cfg: dict[str, Any]) -> str:
     if not key:  # a merge error names no key: find the value of the wrong kind
         return _wrong_kind(_schema(), cfg) or message
     if "not in" in message or ("Key '" in message and "not" in message):
-        return f"unknown key '{key}'" + _did_you_mean(key)
+        return f"unknown key '{key}'" + did_you_mean(key)
     return f"{key}: {message}" if key else message
 
 
@@ -128,7 +129,8 @@ def _wrong_kind(schema: DictConfig, data: dict[str, Any], prefix: str = "") -> s
     return None
 
 
-def _did_you_mean(full_key: str) -> str:
+def did_you_mean(full_key: str) -> str:
+    """Return " (did you mean 'a.b.closest'?)" for a key the schema lacks, or "" when nothing is close."""
     import difflib
 
     parent, _, leaf = full_key.rpartition(".")
