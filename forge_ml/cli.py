@@ -110,9 +110,11 @@ def _setup_logging(verbose: bool) -> None:
     for handler in logging.getLogger().handlers:  # what any library logs, too (the SDKs' debug logs)
         handler.addFilter(RedactingFilter())
     logging.getLogger("forge_ml").setLevel(logging.DEBUG if verbose else logging.INFO)
-    for noisy in ("mlflow", "alembic", "urllib3", "httpx", "filelock", "optuna"):
+    for noisy in ("alembic", "urllib3", "httpx", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    if not verbose:  # MLflow sets its loggers' level when imported (later, lazily), from this variable
+    # MLflow and Optuna set their own loggers' level when imported (later, lazily), over any set here:
+    # MLflow reads it from this variable; Optuna's is set where forge-ml imports it (tuning/searchers.py)
+    if not verbose:
         os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 
