@@ -97,15 +97,13 @@ def test_lora_changes_the_adapter_and_never_the_base(setup, tmp_path):
 
 
 @pytest.mark.parametrize("checkpointing", [True, False])
-def test_trainer_arguments_switch_activation_checkpointing_without_a_deprecation(
-    setup, tmp_path, checkpointing
-):
+def test_trainer_arguments_switch_activation_checkpointing_without_a_deprecation(tmp_path, checkpointing):
     import torch
     from transformers import TrainingArguments
 
     from forge_ml.training import trainer_arguments
 
-    cfg, _ref, _tokenizer = setup
+    cfg = ForgeConfig(name="t", project_dir=str(tmp_path))
     cfg.training.gradient_checkpointing = checkpointing
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)
