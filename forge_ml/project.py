@@ -91,10 +91,14 @@ def packaged_examples() -> dict[str, Path]:
     return {p.name: p for p in sorted(root.iterdir()) if (p / CONFIG_FILE).is_file()}
 
 
+# The scaffold's system prompt says nothing about the task: training on it works, but the model
+# is then trained and served without being told what to do (read_system_prompt warns).
+PLACEHOLDER_SYSTEM_PROMPT = "You are a helpful assistant. Answer with the expected output only."
+
 _SCAFFOLD = {
     "mission.md": "# Mission\n\nDescribe the task: what goes in, what must come out, what counts as correct.\n",
     "BACKGROUND.md": "# Background\n\nDomain knowledge the planner and the data generator read in full.\n",
-    "system_prompt.md": "You are a helpful assistant. Answer with the expected output only.\n",
+    "system_prompt.md": PLACEHOLDER_SYSTEM_PROMPT + "\n",
     "dataset/seed.jsonl": "",
     "dataset/gold.jsonl": "",
     "dataset/canonical.jsonl": "",

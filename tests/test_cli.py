@@ -24,6 +24,10 @@ def test_init_scaffolds_a_project_that_composes(tmp_path):
     ):
         assert (root / rel).exists(), rel
     assert "name: my-task" in (root / "forge.yaml").read_text()
+    said = result.stderr.replace("\n", " ")
+    for rel in ("mission.md", "system_prompt.md", "dataset/seed.jsonl", "dataset/gold.jsonl"):
+        assert rel in said, rel  # a blank project says what to write before the first round
+    assert f"cd {root} && forge-ml flywheel" in said
     assert run_cli("status", cwd=root).returncode == 0
 
 
@@ -32,6 +36,7 @@ def test_init_example_renames_and_keeps_comments(tmp_path):
     assert result.returncode == 0, result.stderr
     text = (tmp_path / "router" / "forge.yaml").read_text()
     assert "name: router" in text and "# compare the" in text
+    assert "system_prompt.md" not in result.stderr  # an example is ready to run
     assert (tmp_path / "router" / "generator.py").is_file()
 
 

@@ -152,6 +152,26 @@ def test_empty_gold_and_missing_system_prompt_are_input_errors(project):
         load_project_data(project, TaskConfig())
 
 
+def test_inits_placeholder_system_prompt_is_used_with_one_warning_naming_the_file(project, caplog):
+    write_jsonl(project.root / "dataset" / "canonical.jsonl", [rec(f"gen {i}") for i in range(10)])
+    prompt = project.root / "system_prompt.md"
+    with caplog.at_level("WARNING", logger="forge_ml.data.project_data"):
+        first = load_project_data(project, TaskConfig(dev_min=2))
+        load_project_data(project, TaskConfig(dev_min=2))  # one warning per file and process
+    placeholder = [r.getMessage() for r in caplog.records if "placeholder" in r.getMessage()]
+    assert placeholder == [
+        f"{prompt} is still `forge-ml init`'s placeholder: the model is trained and"
+        " served without being told the task: write in a sentence or two what it"
+        " must do and what it answers with"
+    ]
+    assert first.system_prompt == prompt.read_text().strip()  # used as it is: a warning, not an error
+    caplog.clear()
+    prompt.write_text("Route the ticket. Answer with the queue's name only.\n")
+    with caplog.at_level("WARNING", logger="forge_ml.data.project_data"):
+        assert load_project_data(project, TaskConfig(dev_min=2)).system_prompt.startswith("Route")
+    assert not caplog.records
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     shapes=st.lists(st.tuples(st.integers(0, 80), st.integers(1, 40)), min_size=1, max_size=12),

@@ -29,7 +29,17 @@ def run_init(ctx: Context) -> int:
     git = "not a git repository (--no-git)" if ctx.args.no_git else git_init(project.root)
     ctx.report(project=str(project.root), git=git)
     console.print(f"[green]created[/] {project.root}: {git}", highlight=False, soft_wrap=True)
-    console.print(f"next: cd {project.root} && forge-ml flywheel")
+    run = f"cd {project.root} && forge-ml flywheel"
+    if ctx.args.example is None:  # a blank project: what to write before the first round
+        run = (
+            "describe the task and add examples, then "
+            + run
+            + "\n  mission.md           what goes in, what must come out (the planner and Claude read it)"
+            "\n  system_prompt.md     the instruction the model is trained and served with"
+            "\n  dataset/seed.jsonl   a few examples to train on; generator.py or Claude writes more"
+            "\n  dataset/gold.jsonl   held-out examples every round is scored on, never trained on"
+        )
+    console.print(f"next: {run}", highlight=False, soft_wrap=True)
     return EXIT_OK
 
 

@@ -21,11 +21,12 @@ from forge_ml.data.table import (
 )
 from forge_ml.errors import InputError
 from forge_ml.fileio import atomic_write_jsonl
-from forge_ml.project import Project, ProjectLock, read_utf8
+from forge_ml.project import PLACEHOLDER_SYSTEM_PROMPT, Project, ProjectLock, read_utf8
 
 log = logging.getLogger(__name__)
 MAX_OFFENDERS_SHOWN = 5
 _warned: set[tuple[Path, int]] = set()  # (canonical, duplicates) already reported by this process
+_placeholder_warned: set[Path] = set()  # system prompts reported as init's placeholder
 TOKENIZER_TEXT_EXAMPLES = 20_000  # training examples the tiny model's tokenizer learns from, at most
 
 
@@ -101,6 +102,13 @@ def read_system_prompt(project: Project, task: TaskConfig) -> str:
     text = read_utf8(path).strip()
     if not text:
         raise InputError(f"{path}: system prompt is empty")
+    if text == PLACEHOLDER_SYSTEM_PROMPT and path not in _placeholder_warned:
+        _placeholder_warned.add(path)
+        log.warning(
+            "%s is still `forge-ml init`'s placeholder: the model is trained and served without being"
+            " told the task: write in a sentence or two what it must do and what it answers with",
+            path,
+        )
     return text
 
 
