@@ -11,7 +11,8 @@ Off unless `FORGE_FAILPOINTS` is set, e.g. `FORGE_FAILPOINTS=flywheel.gold_eval=
 The points, in the order a flywheel round passes them, are listed in FAILPOINTS; the suite
 kills the driver at each and checks that the next run finishes the round with nothing lost or
 counted twice. Trial-side faults (a trial raising, a trial out of GPU memory) have their own
-hooks in trainables/sft.py.
+hooks in trainables/sft.py; one failpoint is read there, in the trial's worker: `trial.stopped`,
+where a trial that the scheduler stopped unwinds (`sleep:SECONDS` makes it take that long).
 """
 
 from __future__ import annotations

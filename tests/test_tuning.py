@@ -12,6 +12,7 @@ from conftest import FAST, run_cli
 from mlflow import MlflowClient
 
 from forge_ml.compose import compose_config
+from forge_ml.faults import ENV as FAILPOINTS
 from forge_ml.search import with_space
 from forge_ml.tuning.engine import run_round
 from trainables.sft import FAULT_ENV, OOM_FAULT_ENV
@@ -72,7 +73,10 @@ def test_round_leaves_a_round_run_with_one_nested_run_per_trial(small_project):
     assert all(not client.list_artifacts(t.run_id, "adapter") for t in others)  # top_k = 1
 
 
-def test_asha_stops_bad_configurations_early(small_project):
+def test_asha_stops_bad_configurations_early(small_project, monkeypatch):
+    # A stopped trial unwinds for 3 s before Ray hands its actor to the next trial (a busy machine
+    # takes that long; Ray waits 2 s by default, then fails the next trial and can hang the round).
+    monkeypatch.setenv(FAILPOINTS, "trial.stopped=sleep:3")
     cfg = compose_config(
         small_project,
         [
@@ -91,6 +95,8 @@ def test_asha_stops_bad_configurations_early(small_project):
     )
     stopped = [t for t in result.trials if t.status == "STOPPED"]
     assert stopped and all(t.config == bad for t in stopped)
+    assert [t.status for t in result.trials if t.status not in ("STOPPED", "FINISHED")] == []  # none failed
+    assert len({t.trial_id for t in result.trials}) == 4
     assert result.best.config == good and result.best.status == "FINISHED"
     assert result.epochs_trained < 4 * 3  # ASHA saved epochs against running every trial to the end
     client, _ = client_for(small_project)

@@ -18,11 +18,18 @@ from forge_ml.config import ForgeConfig
 from forge_ml.config.overrides import with_overrides
 from forge_ml.data.examples import Example
 from forge_ml.errors import first_line
+from forge_ml.faults import failpoint
 
 FAULT_ENV = "FORGE_FAULT_CRASH_AFTER_EPOCH"  # test hook: crash once after this epoch's checkpoint
 OOM_FAULT_ENV = (
     "FORGE_FAULT_OOM_LORA_R"  # test hook: trials with this lora.r ("*": every trial) run out of GPU memory
 )
+# Under ASHA, Ray hands the actor of a trial it stopped to the next trial (reuse_actors) once the
+# stopped trial's thread has unwound (its model freed, its scratch files deleted), and waits this
+# long for that: 2 s by Ray's default. Past it the next trial fails ("Could not re-use actor", ray
+# issue 29268), and with one trial at a time the round hung (seen on Ray 2.60). Unwinding takes
+# 0.3 s on an idle machine and longer on a busy one, so a trial sets a minute unless the user set it.
+REUSE_WAIT_ENV, REUSE_WAIT_S = "TUNE_FUNCTION_THREAD_TIMEOUT_S", "60"
 
 
 @dataclass
@@ -49,6 +56,7 @@ def sft_trial(config: dict[str, Any], context: TrialContext) -> None:
     from forge_ml.progress import set_quiet
 
     set_quiet(True)  # a trial reports through Ray Tune, not its stderr
+    os.environ.setdefault(REUSE_WAIT_ENV, REUSE_WAIT_S)  # read by Ray in this actor when it is reused
     cfg = with_overrides(context.config, config)
     cfg.training.threads = max(1, int(cfg.tune.resources.cpu))
     checkpoint = tune.get_checkpoint()
@@ -72,6 +80,9 @@ def sft_trial(config: dict[str, Any], context: TrialContext) -> None:
         node["forge/base_path"] = base  # where this trial read the base from (recorded on its run)
         try:
             _train_and_report(cfg, context, base, Path(scratch), report, resume_dir, last, node)
+        except SystemExit:  # the scheduler stopped this trial at a report (Ray exits the thread)
+            failpoint("trial.stopped")
+            raise
         finally:
             release_accelerator_memory()
 
