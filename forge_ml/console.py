@@ -105,23 +105,73 @@ def _short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def print_round(result: Any, metric: str) -> None:
+def column_labels(keys: list[str]) -> dict[str, str]:
+    """Each dotted key's shortest tail that no other key ends with (lora.r → r; a clash keeps more)."""
+    labels = {}
+    for key in keys:
+        parts = key.split(".")
+        label = key
+        for n in range(1, len(parts)):
+            tail = ".".join(parts[-n:])
+            if not any(other != key and (other == tail or other.endswith("." + tail)) for other in keys):
+                label = tail
+                break
+        labels[key] = label
+    return labels
+
+
+def round_table(result: Any, metric: str, width: int = 120) -> Any:
+    """The round's trials: one row each (the searched keys by their short names, the metric, dev
+    accuracy), or one column each when that is what fits in `width` columns.
+
+    A cell too long for its column folds onto another line instead of being cut.
+    """
+    from rich.console import Console
+    from rich.measure import Measurement
     from rich.table import Table
 
     keys = sorted({k for t in result.trials for k in t.config})
-    table = Table(
-        title=f"{result.name}: best trial {result.best.trial_id} "
-        f"({metric} {result.best.metrics[metric]:.4f}) in {result.wall_s:.0f}s"
-    )
-    for column in ("trial", "status", *keys, metric, "dev/accuracy"):
-        table.add_column(column)
+    labels = column_labels(keys)
+    header = ["trial", "status", *(labels[k] for k in keys), metric, "dev/accuracy"]
+    rows = []
     for t in result.trials:
         acc = t.metrics.get("dev/accuracy")
-        table.add_row(
-            t.trial_id,
-            t.status,
-            *(_short(t.config.get(k, "")) for k in keys),
-            f"{t.metrics[metric]:.4f}" if metric in t.metrics else "-",
-            f"{acc:.3f}" if acc is not None else "-",
+        rows.append(
+            [
+                t.trial_id,
+                t.status,
+                *(_short(t.config.get(k, "")) for k in keys),
+                f"{t.metrics[metric]:.4f}" if metric in t.metrics else "-",
+                f"{acc:.3f}" if acc is not None else "-",
+            ]
         )
-    results.print(table)
+    title = (
+        f"{result.name}: best trial {result.best.trial_id} "
+        f"({metric} {result.best.metrics[metric]:.4f}) in {result.wall_s:.0f}s"
+    )
+
+    def build(columns: list[str], body: list[list[str]]) -> Table:
+        table = Table(title=title)
+        for column in columns:
+            table.add_column(column, overflow="fold")
+        for row in body:
+            table.add_row(*row)
+        return table
+
+    by_trial = build(header, rows)
+    by_key = build(
+        [header[0], *(row[0] for row in rows)],
+        [[name, *(row[i] for row in rows)] for i, name in enumerate(header) if i],
+    )
+    console = Console(width=10_000)
+
+    def natural(table: Table) -> int:
+        return Measurement.get(console, console.options, table).maximum
+
+    if natural(by_trial) <= width or natural(by_trial) <= natural(by_key):
+        return by_trial
+    return by_key
+
+
+def print_round(result: Any, metric: str) -> None:
+    results.print(round_table(result, metric, width=results.width))

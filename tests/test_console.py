@@ -1,0 +1,99 @@
+"""The round's trials table: short unambiguous column names, nothing cut off in a narrow terminal."""
+
+from __future__ import annotations
+
+import io
+
+from hypothesis import given
+from hypothesis import strategies as st
+from rich.console import Console
+
+from forge_ml.console import column_labels, round_table
+from forge_ml.tuning.engine import RoundResult, TrialRecord
+
+SEGMENT = st.sampled_from(["lora", "training", "r", "alpha", "learning_rate", "epochs", "a", "b"])
+
+
+@given(st.sets(st.lists(SEGMENT, min_size=1, max_size=3).map(".".join), min_size=1, max_size=8))
+def test_labels_are_distinct_tails_as_short_as_the_other_keys_allow(keys):
+    keys = sorted(keys)
+    labels = column_labels(keys)
+    assert len(set(labels.values())) == len(keys)
+    for key, label in labels.items():
+        assert key == label or key.endswith("." + label)
+        shorter = label.split(".", 1)[1] if "." in label else None  # one segment less
+        if shorter is not None:  # it would be ambiguous: another key is or ends with it
+            assert any(o != key and (o == shorter or o.endswith("." + shorter)) for o in keys)
+
+
+def test_the_usual_keys_get_their_last_names_and_a_clash_keeps_its_group():
+    labels = column_labels(["lora.r", "lora.alpha", "training.learning_rate", "model.alpha"])
+    assert labels == {
+        "lora.r": "r",
+        "lora.alpha": "lora.alpha",
+        "training.learning_rate": "learning_rate",
+        "model.alpha": "model.alpha",
+    }
+
+
+def render(table, width: int) -> str:
+    console = Console(file=io.StringIO(), width=width, color_system=None)
+    console.print(table)
+    return console.file.getvalue()
+
+
+SPACE = {
+    "lora.alpha": 125,
+    "lora.dropout": 0.2789,
+    "lora.r": 16,
+    "training.batch_size": 8,
+    "training.epochs": 3,
+    "training.learning_rate": 0.006351,
+    "training.warmup_ratio": 0.1154,
+    "training.weight_decay": 0.09838,
+}
+LABELS = ("alpha", "dropout", "batch_size", "epochs", "learning_rate", "warmup_ratio", "weight_decay")
+VALUES = ("0.006351", "0.2789", "0.09838", "4.4640", "8.5413", "0.250", "cb2304e2", "FINISHED", "STOPPED")
+
+
+def a_round(trials: int) -> RoundResult:
+    best = TrialRecord("cb2304e2", "run1", SPACE, "FINISHED", {"dev/loss": 4.464, "dev/accuracy": 0.25})
+    stopped = [
+        TrialRecord(f"{i:08x}", f"run{i}", {**SPACE, "lora.r": 4}, "STOPPED", {"dev/loss": 8.5413})
+        for i in range(1, trials)
+    ]
+    return RoundResult("round", "round-006", trials=[best, *stopped], best=best, wall_s=353)
+
+
+def test_a_round_reads_whole_one_row_a_trial_where_it_fits_else_one_column_a_trial():
+    result = a_round(4)
+    wide = render(round_table(result, "dev/loss", 160), 160)
+    header = wide.splitlines()[2]  # title, top border, the header row
+    assert all(label in header for label in LABELS) and "00000003" in wide.splitlines()[-2]
+    for width in (120, 80):  # 8 searched keys: one trial a column fits in both
+        text = render(round_table(result, "dev/loss", width), width)
+        lines = text.splitlines()
+        assert all(len(line) <= width for line in lines)
+        assert "cb2304e2" in lines[2] and "00000003" in lines[2]  # the trials head the columns
+        assert all(any(line.lstrip("│ ").startswith(label) for line in lines) for label in LABELS)
+        assert all(value in text for value in VALUES), width
+
+
+def columns_of(text: str) -> list[str]:
+    """Each column's cells read top to bottom and joined: a folded cell comes out whole."""
+    lines = text.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("┏"))
+    parts = [
+        [cell.strip() for cell in line[1:-1].split(line[0])]
+        for line in lines[head + 1 : -1]
+        if line[0] in "┃│"
+    ]
+    return ["".join(row[i] for row in parts) for i in range(len(parts[0]))]
+
+
+def test_a_round_too_wide_either_way_folds_its_cells_and_cuts_nothing():
+    text = render(round_table(a_round(8), "dev/loss", 80), 80)
+    assert "…" not in text and all(len(line) <= 80 for line in text.splitlines())
+    names, best, *_ = columns_of(text)
+    assert all(label in names for label in LABELS)
+    assert best.startswith("cb2304e2FINISHED") and "0.0063510.11540.098384.46400.250" in best
