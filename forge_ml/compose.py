@@ -23,6 +23,7 @@ from forge_ml.project import CONFIG_FILE, Project, read_utf8
 
 log = logging.getLogger(__name__)
 MAX_PREVALIDATED_JOBS = 64
+OVERRIDE_GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
 
 
 def _project_override(project: Project) -> str:
@@ -31,6 +32,37 @@ def _project_override(project: Project) -> str:
 
 # Hydra's words for a config group option that does not exist, e.g. `model=nosuch`
 _NO_OPTION = re.compile(r"^(?:In '(?P<parent>[^']+)': )?Could not find '(?P<group>.+)/(?P<option>[^/']+)'")
+
+
+def check_override_syntax(overrides: list[str]) -> None:
+    """Refuse a command-line word that is not an override, naming it, before Hydra reads any.
+
+    Hydra's own message names neither the override nor its place (`LexerNoViableAltException: 5`),
+    and compose() would blame forge.yaml.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    option = next((text for text in overrides if text.startswith("-")), None)
+    if option is not None:  # argparse left it over: the command has no such option
+        raise ConfigError(
+            f"command line: {option}: not an option of this command (see --help), nor a key=value override"
+        )
+    parser = OverridesParser.create()
+    for text in overrides:
+        if "=" not in text and not text.startswith("~"):
+            raise ConfigError(
+                f"command line: {text}: not an override: expected key=value (for example training.epochs=3)"
+            )
+        try:
+            parser.parse_overrides([text])
+        except HydraException as exc:
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip() not in ("", "^")]
+            detail = [line for line in lines if not line.startswith(("See ", "Error parsing override"))]
+            raise ConfigError(
+                f"command line: {text}: cannot parse it ({'; '.join(detail) or first_line(exc)});"
+                f" the override grammar: {OVERRIDE_GRAMMAR}"
+            ) from None
 
 
 def _composition_error(project: Project, exc: Exception, overrides: list[str]) -> ConfigError:
@@ -84,6 +116,7 @@ def compose_config(project: Project, overrides: list[str]) -> ForgeConfig:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    check_override_syntax(overrides)
     try:
         with initialize_config_dir(config_dir=str(project.root), version_base=None, job_name="forge-ml"):
             cfg = compose(

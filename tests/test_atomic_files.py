@@ -104,7 +104,7 @@ def test_rewrites_keep_a_files_mode_and_new_files_get_the_umasks(tmp_path, proof
     canonical = root / "dataset" / "canonical.jsonl"
     canonical.chmod(0o664)
     lines = len(canonical.read_text().splitlines())
-    grown = run_cli("-p", str(root), "generate", "--n", "3", env={"ANTHROPIC_API_KEY": ""})
+    grown = run_cli("-p", str(root), "generate", "-n", "3", env={"ANTHROPIC_API_KEY": ""})  # -n: --n
     assert grown.returncode == 0, grown.stderr[-2000:]
     assert len(canonical.read_text().splitlines()) == lines + 3  # rewritten (appended through a rename)
     assert stat.S_IMODE(canonical.stat().st_mode) == 0o664

@@ -153,7 +153,12 @@ def test_eval_before_training_explains_what_to_do(small_project):
     assert result.returncode == 1 and "nothing trained yet" in result.stderr
 
 
-def test_hydra_cfg_flag_prints_the_composed_job_config(small_project):
-    result = run_cli("train", "--cfg", "job", "lora.r=16", cwd=small_project.root)
+@pytest.mark.parametrize(
+    "args",
+    [("--cfg", "job", "lora.r=16"), ("lora.r=16", "--cfg", "job"), ("lora.r=16", "--cfg=job")],
+    ids=["flag-first", "flag-last", "flag-with-equals"],
+)
+def test_hydra_cfg_flag_prints_the_composed_job_config(small_project, args):
+    result = run_cli("train", *args, cwd=small_project.root)
     assert result.returncode == 0, result.stderr
     assert "r: 16" in result.stdout and "name: small" in result.stdout

@@ -84,7 +84,7 @@ def test_failure_envelopes_carry_the_error_class_and_what_is_known(
     "args, command, fragment",
     [
         (["--json", "bogus"], None, "invalid choice: 'bogus'"),
-        (["--json", "generate", "--n", "abc"], "generate", "argument --n: invalid int value: 'abc'"),
+        (["--json", "generate", "--n", "abc"], "generate", "argument -n/--n: invalid int value: 'abc'"),
         (["generate", "--json", "--batch-size"], "generate", "argument --batch-size: expected one argument"),
     ],
 )

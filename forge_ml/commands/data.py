@@ -32,7 +32,7 @@ DATA_KEYS = (
 
 
 def _common_args(p, n: int) -> None:
-    p.add_argument("--n", type=int, default=n, help=f"examples to add (default {n})")
+    p.add_argument("-n", "--n", type=int, default=n, help=f"examples to add (default {n})")
     p.add_argument("--batch-size", type=int, default=50, help="examples per Claude request (default 50)")
     p.add_argument(
         "--batch", action="store_true", help="Claude: one Message Batch at half the price (slower)"

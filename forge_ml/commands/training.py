@@ -28,13 +28,39 @@ def _print_train_summary(summary: Any) -> None:
     results.print(table)
 
 
+# Hydra's flags whose value is the next word (`--cfg job`); `--cfg=job` is one word
+_VALUED_FLAGS = ("--cfg", "--package", "--config-path", "--config-name", "--config-dir")
+_INFO_TOPICS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+
+
+def hydra_flags_of(extra: list[str]) -> tuple[list[str], list[str]]:
+    """Split the words argparse left over into Hydra's flags (each with its value) and overrides."""
+    flags: list[str] = []
+    rest: list[str] = []
+    words = iter(extra)
+    for word in words:
+        if not word.startswith("--"):
+            rest.append(word)
+            continue
+        flags.append(word)
+        if word in _VALUED_FLAGS or word == "--info":
+            value = next(words, None)
+            if value is None:
+                continue
+            if word == "--info" and value not in _INFO_TOPICS:
+                rest.append(value)  # `--info` alone, then an override
+            else:
+                flags.append(value)
+    return flags, rest
+
+
 def run_train(ctx: Context) -> int:
     from forge_ml.compose import expand_sweeps, launch
     from forge_ml.jobs.train import run_train as train_one
 
     project = ctx.project()
-    hydra_flags = [a for a in ctx.extra if a.startswith("--")]
-    overrides = [*ctx.args.overrides, *(a for a in ctx.extra if not a.startswith("--"))]
+    hydra_flags, rest = hydra_flags_of(ctx.extra)
+    overrides = [*ctx.args.overrides, *rest]
     if not hydra_flags:  # validate every job up front, before any model loads
         for job_overrides in expand_sweeps(overrides) if ctx.args.multirun else [overrides]:
             ctx.compose(job_overrides)
