@@ -163,10 +163,10 @@ def round_table(result: Any, metric: str, width: int = 120) -> Any:
         [header[0], *(row[0] for row in rows)],
         [[name, *(row[i] for row in rows)] for i, name in enumerate(header) if i],
     )
-    console = Console(width=10_000)
+    unbounded = Console(width=10_000)  # measures a table's natural width, prints nothing
 
     def natural(table: Table) -> int:
-        return Measurement.get(console, console.options, table).maximum
+        return Measurement.get(unbounded, unbounded.options, table).maximum
 
     if natural(by_trial) <= width or natural(by_trial) <= natural(by_key):
         return by_trial
