@@ -20,10 +20,10 @@ from typing import Any
 from forge_ml.config import ForgeConfig, did_you_mean, validate_config
 from forge_ml.errors import ConfigError, ForgeError, RuntimeFault, describe, first_line
 from forge_ml.project import CONFIG_FILE, Project, read_utf8
+from forge_ml.search import check_override_syntax
 
 log = logging.getLogger(__name__)
 MAX_PREVALIDATED_JOBS = 64
-OVERRIDE_GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
 
 
 def _project_override(project: Project) -> str:
@@ -32,37 +32,6 @@ def _project_override(project: Project) -> str:
 
 # Hydra's words for a config group option that does not exist, e.g. `model=nosuch`
 _NO_OPTION = re.compile(r"^(?:In '(?P<parent>[^']+)': )?Could not find '(?P<group>.+)/(?P<option>[^/']+)'")
-
-
-def check_override_syntax(overrides: list[str]) -> None:
-    """Refuse a command-line word that is not an override, naming it, before Hydra reads any.
-
-    Hydra's own message names neither the override nor its place (`LexerNoViableAltException: 5`),
-    and compose() would blame forge.yaml.
-    """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    option = next((text for text in overrides if text.startswith("-")), None)
-    if option is not None:  # argparse left it over: the command has no such option
-        raise ConfigError(
-            f"command line: {option}: not an option of this command (see --help), nor a key=value override"
-        )
-    parser = OverridesParser.create()
-    for text in overrides:
-        if "=" not in text and not text.startswith("~"):
-            raise ConfigError(
-                f"command line: {text}: not an override: expected key=value (for example training.epochs=3)"
-            )
-        try:
-            parser.parse_overrides([text])
-        except HydraException as exc:
-            lines = [line.strip() for line in str(exc).splitlines() if line.strip() not in ("", "^")]
-            detail = [line for line in lines if not line.startswith(("See ", "Error parsing override"))]
-            raise ConfigError(
-                f"command line: {text}: cannot parse it ({'; '.join(detail) or first_line(exc)});"
-                f" the override grammar: {OVERRIDE_GRAMMAR}"
-            ) from None
 
 
 def _composition_error(project: Project, exc: Exception, overrides: list[str]) -> ConfigError:
@@ -136,12 +105,9 @@ def compose_config(project: Project, overrides: list[str]) -> ForgeConfig:
 def expand_sweeps(overrides: list[str]) -> list[list[str]]:
     """Return the override lists of a multirun's jobs (discrete sweeps only), capped for pre-validation."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
 
-    try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
-    except HydraException as exc:
-        raise ConfigError(f"command line: {exc}") from None
+    check_override_syntax(overrides)
+    parsed = OverridesParser.create().parse_overrides(overrides)
     choices: list[list[str]] = []
     for override in parsed:
         key = override.get_key_element()

@@ -24,6 +24,8 @@ from forge_ml.config.overrides import schema_type, typed_value, with_overrides
 from forge_ml.config.planner import never_searched
 from forge_ml.errors import ConfigError, first_line
 
+OVERRIDE_GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
+
 
 @dataclass(frozen=True)
 class Bound:
@@ -217,18 +219,46 @@ def with_space(cfg: ForgeConfig, space: Mapping[str, str]) -> ForgeConfig:
     return with_overrides(cfg, {"tune.space": {**cfg.tune.space, **space}}) if space else cfg
 
 
-def split_sweep_overrides(overrides: list[str]) -> tuple[dict[str, str], list[str]]:
-    """Split command-line overrides into a search space (sweeps) and fixed overrides."""
+def check_override_syntax(overrides: list[str]) -> None:
+    """Refuse a command-line word that is not an override, naming it, before Hydra reads any.
+
+    Hydra's own message names neither the override nor its place (`LexerNoViableAltException: 5`),
+    and compose() would blame forge.yaml. Every command's overrides pass here first.
+    """
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
+    option = next((text for text in overrides if text.startswith("-")), None)
+    if option is not None:  # argparse left it over: the command has no such option
+        raise ConfigError(
+            f"command line: {option}: not an option of this command (see --help), nor a key=value override"
+        )
+    parser = OverridesParser.create()
+    for text in overrides:
+        if "=" not in text and not text.startswith("~"):
+            raise ConfigError(
+                f"command line: {text}: not an override: expected key=value (for example training.epochs=3)"
+            )
+        try:
+            parser.parse_overrides([text])
+        except HydraException as exc:
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip() not in ("", "^")]
+            detail = [line for line in lines if not line.startswith(("See ", "Error parsing override"))]
+            raise ConfigError(
+                f"command line: {text}: cannot parse it ({'; '.join(detail) or first_line(exc)});"
+                f" the override grammar: {OVERRIDE_GRAMMAR}"
+            ) from None
+
+
+def split_sweep_overrides(overrides: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Split command-line overrides into a search space (sweeps) and fixed overrides."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    check_override_syntax(overrides)
     space: dict[str, str] = {}
     fixed: list[str] = []
     for line in overrides:
-        try:
-            override = OverridesParser.create().parse_override(line)
-        except HydraException as exc:
-            raise ConfigError(f"command line: {line!r} does not parse ({first_line(exc)})") from None
+        override = OverridesParser.create().parse_override(line)
         if override.is_sweep_override():
             space[override.get_key_element().lstrip("+~")] = line.split("=", 1)[1]
         else:

@@ -65,7 +65,7 @@ def test_success_envelopes_of_init_status_and_clean(tmp_path):
         (["train", "lora.rank=8"], 1, "ConfigError", "lora.rank", False),
         (["eval"], 1, "InputError", "nothing trained yet", True),
         (["flywheel", "--rounds", "0"], 1, "ConfigError", "--rounds 0", False),
-        (["tune", "lora.r=choice(4,"], 1, "ConfigError", "does not parse", False),
+        (["tune", "lora.r=choice(4,"], 1, "ConfigError", "lora.r=choice(4,: cannot parse it", False),
     ],
 )
 def test_failure_envelopes_carry_the_error_class_and_what_is_known(

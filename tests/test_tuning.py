@@ -170,7 +170,7 @@ def test_a_trial_that_keeps_failing_is_failed_alone_and_the_round_goes_on(small_
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["lora.r=choice(4,"], "does not parse"),
+        (["lora.r=choice(4,"], "command line: lora.r=choice(4,: cannot parse it"),
         (["lora.rank=choice(4,8)"], "'lora.rank' is not a config key"),
         (["training.learning_rate=interval(1e-2, 1e-4)"], "must be below high"),
         (["lora.r=choice(4,0)"], "lora.r=0 gives an invalid config"),
