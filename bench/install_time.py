@@ -66,7 +66,16 @@ def timed_install(kind: str, python: Path, uv: Path) -> float:
     if kind == "pip":
         command = [str(python), "-m", "pip", "install", "--no-cache-dir", *target]
     else:
-        command = [str(uv), "pip", "install", "--no-cache", "--compile-bytecode", "--python", str(python), *target]
+        command = [
+            str(uv),
+            "pip",
+            "install",
+            "--no-cache",
+            "--compile-bytecode",
+            "--python",
+            str(python),
+            *target,
+        ]
     started = time.perf_counter()
     subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
     return time.perf_counter() - started
@@ -115,9 +124,13 @@ def main() -> int:
     for kind, values in times.items():
         print(f"{kind:5} {median(values):9.1f}  {' '.join(f'{v:.1f}' for v in values)}")
     import_ratio = median(imports["uv"]) / median(imports["pip"])
-    print("importing the stack in a fresh interpreter (s): " + ", ".join(
-        f"{kind} {median(values):.2f} ({' '.join(f'{v:.2f}' for v in values)})" for kind, values in imports.items()
-    ))
+    print(
+        "importing the stack in a fresh interpreter (s): "
+        + ", ".join(
+            f"{kind} {median(values):.2f} ({' '.join(f'{v:.2f}' for v in values)})"
+            for kind, values in imports.items()
+        )
+    )
     passed = ratio <= BOUND and same and import_ratio <= IMPORT_BOUND
     print(
         f"uv / pip = {ratio:.3f} (per-run range {ratio_range(times['uv'], times['pip'])}) bound <= {BOUND}, "
