@@ -15,8 +15,9 @@ MLflow, forge-ml's CLI) as fast in one as in the other, timed with PYTHONDONTWRI
 on these machines. pip writes each module's bytecode at install time and uv does not unless asked
 (`--compile-bytecode`); without it, where the environment forbids writing bytecode, every process
 the suite starts compiles the stack from source again (3.5 s more per import here; the suite took
-half again as long). Needs the package registries. Bounds: uv / pip <= 0.3 for the install, and
-import time uv / pip <= 1.15.
+twice as long). Needs the package registries. Bounds: uv / pip <= 0.5 for the install (0.3 before
+uv wrote bytecode: that compared pip's install and compile with uv's install alone), and import
+time uv / pip <= 1.15.
 
     .venv/bin/python bench/install_time.py [--repeats 2]
 """
@@ -35,7 +36,7 @@ from pathlib import Path
 
 from _common import median, positive_int, ratio_range
 
-BOUND = 0.3
+BOUND = 0.5
 IMPORT_BOUND = 1.15
 IMPORT_REPEATS = 3
 STACK = "import torch, transformers, trl, peft, ray, mlflow, forge_ml.cli"
