@@ -174,3 +174,34 @@ def test_claude_audit_reviews_in_batches_and_fixes_what_passes_validation(audit_
     assert previous.read_bytes() == before
     everything = json.dumps([run.data.params, run.data.tags, shown, data]) + result.stderr
     assert SECRET not in everything
+
+
+def test_a_new_projects_audit_reviews_its_seed_and_writes_nothing(bare_project):
+    """Before a first run has merged the seed into canonical, audit reviews the seed file (read-only)."""
+    root = bare_project.root
+    seed = root / "dataset" / "seed.jsonl"
+    write_jsonl(
+        seed,
+        [
+            {"prompt": "the food was great", "completion": "positive"},
+            {"prompt": "The food was great!", "completion": "positive"},
+            {"prompt": "a gold question", "completion": "positive"},
+        ],
+    )
+    before = seed.read_bytes()
+    result, data = cli(root, "audit", "planner=offline")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert data["canonical"] == str(seed)
+    assert data["examples"] == 3
+    issues = {(f["index"], f["issue"].split(":")[0]) for f in data["findings"]}
+    assert any(index == 1 and "duplicate" in issue for index, issue in issues), data["findings"]
+    assert any(index == 2 and "gold" in issue for index, issue in issues), data["findings"]
+    assert seed.read_bytes() == before
+    assert not (root / "dataset" / "canonical.jsonl").exists() or not read_examples(
+        root / "dataset" / "canonical.jsonl"
+    )
+
+    seed.unlink()
+    result, data = cli(root, "audit", "planner=offline")
+    assert result.returncode == 1
+    assert "no examples to audit" in data["error"]["message"] and "seed" in data["error"]["message"]

@@ -24,7 +24,7 @@ KEYS = {
     ],
     "clean": ["removed", "kept", "path"],
     "ui": [],
-    "train": ["runs", "failed_jobs", "gold_accuracy", "adapter"],
+    "train": ["runs", "failed_jobs", "gold_accuracy", "adapter", "version"],
     "tune": ["round", "trials", "best_trial", "best_run_id", "best_metrics", "wall_s"],
     "eval": ["target", "accuracy", "correct", "total", "per_category", "results_path", "version", "judge"],
     "flywheel": ["rounds_done", "stop_reason", "champion_accuracy", "target_reached", "rounds"],

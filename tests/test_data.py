@@ -213,3 +213,131 @@ def test_check_lengths_refuses_only_when_no_answer_survives_and_warns_when_any_i
     if any_cut:
         cut = sum(p + a > max_length for p, a in shapes)
         assert f"cuts {cut} of {len(shapes)} training examples" in warned[0]
+
+
+# ---- dataset lines: the three Hugging Face/TRL formats, and what is not one of them --------------
+
+_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=40).filter(
+    str.strip
+)
+_META = st.one_of(
+    st.just({}), st.builds(lambda c: {"category": c}, st.sampled_from(["hover", "land", "rtl"]))
+)
+
+
+def _turn(role: str, content) -> dict:
+    return {"role": role, "content": content}
+
+
+@st.composite
+def valid_lines(draw) -> tuple[dict, str, str]:
+    """A record in one of the accepted formats, with the user text and answer it must read as."""
+    user, answer, meta = draw(_TEXT), draw(_TEXT), draw(_META)
+    shape = draw(
+        st.sampled_from(["messages", "messages-answer-first", "prompt-completion", "conversational"])
+    )
+    if shape == "messages":
+        record = {"messages": [_turn("user", user), _turn("assistant", answer)]}
+    elif shape == "messages-answer-first":
+        record = {"messages": [_turn("assistant", answer), _turn("user", user)]}
+    elif shape == "prompt-completion":
+        record = {"prompt": user, "completion": answer}
+    else:
+        record = {"prompt": [_turn("user", user)], "completion": [_turn("assistant", answer)]}
+    if meta:
+        record["meta"] = meta
+    return record, user, answer
+
+
+@st.composite
+def invalid_lines(draw) -> tuple[object, str]:
+    """A line that is not an example in any accepted format, with a fragment its error must name."""
+    user, answer = draw(_TEXT), draw(_TEXT)
+    blank = draw(st.sampled_from(["", " ", "\t"]))
+    cases = [
+        ({"input": user, "output": answer}, "this line has the keys 'input', 'output'"),
+        ({"instruction": user, "response": answer}, "expected one of the Hugging Face/TRL formats"),
+        ({"prompt": user}, "must both be strings"),
+        ({"completion": answer}, "must both be strings"),
+        ({"prompt": user, "completion": [_turn("assistant", answer)]}, "must both be strings"),
+        ({"prompt": [_turn("user", user)], "completion": answer}, "must both be strings"),
+        (
+            {
+                "prompt": [_turn("user", user), _turn("assistant", answer)],
+                "completion": [_turn("assistant", answer)],
+            },
+            "'prompt' holds an assistant turn",
+        ),
+        (
+            {"prompt": [_turn("user", user)], "completion": [_turn("user", answer)]},
+            "'completion' holds a user turn",
+        ),
+        ({"prompt": [_turn("system", user)], "completion": [_turn("assistant", answer)]}, "system turn"),
+        ({"prompt": [], "completion": [_turn("assistant", answer)]}, "'prompt' must be a non-empty list"),
+        ({"prompt": blank, "completion": answer}, "the user turn is empty"),
+        ({"prompt": user, "completion": blank}, "the assistant turn is empty"),
+        (
+            {"messages": [_turn("user", user), _turn("assistant", answer)], "prompt": user},
+            "use one format per line",
+        ),
+        ({"messages": [_turn("user", user)]}, "no assistant turn"),
+        ({"messages": [_turn("user", user), _turn("user", answer)]}, "more than one user turn"),
+        ({"messages": [_turn("user", 3), _turn("assistant", answer)]}, "string 'content'"),
+        ({"messages": user}, "'messages' must be a non-empty list"),
+        ({"prompt": user, "completion": answer, "meta": [answer]}, "'meta' must be an object"),
+        ([user, answer], "expected a JSON object"),
+    ]
+    return draw(st.sampled_from(cases))
+
+
+@settings(max_examples=150, deadline=None)
+@given(lines=st.lists(valid_lines(), min_size=1, max_size=6))
+def test_every_accepted_format_reads_as_its_user_turn_and_answer(tmp_path_factory, lines):
+    path = tmp_path_factory.mktemp("lines") / "data.jsonl"
+    write_jsonl(path, [record for record, _, _ in lines])
+    examples = read_examples(path)
+    assert [(e.user, e.assistant) for e in examples] == [(u, a) for _, u, a in lines]
+    for (record, _, _), example in zip(lines, examples):
+        assert example.meta == record.get("meta", {})
+        # what forge-ml writes back (canonical.jsonl) is the messages format, and reads as the same example
+        again = tmp_path_factory.mktemp("again") / "data.jsonl"
+        write_jsonl(again, [example.to_record()])
+        assert [(e.user, e.assistant, e.meta) for e in read_examples(again)] == [
+            (example.user, example.assistant, example.meta)
+        ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(good=valid_lines(), bad=invalid_lines())
+def test_a_line_in_no_accepted_format_is_an_error_naming_file_line_and_what_is_wrong(
+    tmp_path_factory, good, bad
+):
+    record, fragment = bad
+    path = tmp_path_factory.mktemp("bad") / "data.jsonl"
+    write_jsonl(path, [good[0], record])
+    with pytest.raises(InputError) as info:
+        read_examples(path)
+    assert str(info.value).startswith(f"{path}:2: ")
+    assert fragment in str(info.value)
+
+
+def test_a_project_in_the_prompt_completion_format_trains_from_the_same_data(project):
+    """seed and gold as TRL prompt-completion pairs: merged into canonical as messages, gold read alike."""
+    gold = read_examples(project.root / "dataset" / "gold.jsonl")
+    write_jsonl(
+        project.root / "dataset" / "gold.jsonl", [{"prompt": e.user, "completion": e.assistant} for e in gold]
+    )
+    (project.root / "dataset" / "canonical.jsonl").write_text("")
+    write_jsonl(
+        project.root / "dataset" / "seed.jsonl",
+        [{"prompt": f"climb {n} meters", "completion": f"ascend {n}"} for n in range(1, 13)],
+    )
+    data = load_project_data(project, TaskConfig())
+    assert [(e.user, e.assistant) for e in data.gold] == [(e.user, e.assistant) for e in gold]
+    canonical = read_examples(project.root / "dataset" / "canonical.jsonl")
+    assert [(e.user, e.assistant) for e in canonical] == [
+        (f"climb {n} meters", f"ascend {n}") for n in range(1, 13)
+    ]
+    assert all(
+        "messages" in json.loads(line) for line in (project.root / "dataset" / "canonical.jsonl").open()
+    )

@@ -290,6 +290,34 @@ def test_offline_data_is_split_in_proportion_to_gold_failures():
     assert allocate(10, [], failures) == [([], 10)]
 
 
+def test_a_generator_may_write_trl_prompt_completion_rows(cfg, example_project):
+    """generator.py rows as TRL prompt-completion pairs (strings, or lists of turns) are admitted like messages."""
+    (example_project.root / "generator.py").write_text(
+        "import json\n"
+        "def generate(n, *, seed=0, focus=None):\n"
+        "    answer = json.dumps({'cmd': 'land', 'args': {}})\n"
+        "    meta = {'category': 'land'}\n"
+        "    return [\n"
+        "        {'prompt': f'please land now {seed} {i}', 'completion': answer, 'meta': meta} if i % 2 else\n"
+        "        {'prompt': [{'role': 'user', 'content': f'land right away {seed} {i}'}],\n"
+        "         'completion': [{'role': 'assistant', 'content': answer}], 'meta': meta}\n"
+        "        for i in range(n)\n"
+        "    ] + [{'prompt': 'no answer'}, {'prompt': [{'role': 'system', 'content': 'x'}], 'completion': []}]\n"
+    )
+    plan = ExperimentPlan(hypothesis="h", search_space={}, num_samples=2, augment_focus=["land"], augment_n=6)
+    result = augment_data(cfg, example_project, plan, 1, failures=[])
+    assert result.added == 6
+    added = read_examples(example_project.root / "dataset" / "canonical.jsonl")[-6:]
+    assert (
+        sorted(" ".join(e.user.split()[:3]) for e in added)
+        == ["land right away"] * 3 + ["please land now"] * 3
+    )
+    assert {e.assistant for e in added} == {json.dumps({"cmd": "land", "args": {}})}
+    assert {e.category for e in added} == {"land"} and all(e.meta["source"] == "augment" for e in added)
+    canonical = (example_project.root / "dataset" / "canonical.jsonl").read_text().splitlines()
+    assert all("messages" in json.loads(line) for line in canonical[-6:])
+
+
 def test_offline_augment_uses_the_project_generator_and_refuses_garbage(cfg, example_project):
     plan = ExperimentPlan(hypothesis="h", search_space={}, num_samples=2, augment_focus=["rtl"], augment_n=25)
     result = augment_data(cfg, example_project, plan, 1, failures=[])

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from forge_ml.data.examples import Example, normalize_text, safe_category
+from forge_ml.data.examples import Example, normalize_text, parse_record, safe_category
 from forge_ml.errors import ForgeError, InputError
 from forge_ml.evaluation.scorers import Scorer
 
@@ -22,9 +22,16 @@ class Admission:
 
 
 def as_example(row: Any) -> Example | None:
-    """Return the example in a generated row: `{user, assistant, category}` or a JSONL record."""
+    """Return the example in a generated row: `{user, assistant, category}` or a JSONL record
+    (messages, or TRL's prompt and completion)."""
     if not isinstance(row, dict):
         return None
+    if "prompt" in row or "completion" in row:
+        try:
+            parsed = parse_record(row, "a generated row")
+        except InputError:
+            return None
+        return Example(user=parsed.user.strip(), assistant=parsed.assistant.strip(), meta=parsed.meta)
     if "messages" in row:
         turns = {m.get("role"): m.get("content") for m in row.get("messages") or [] if isinstance(m, dict)}
         user, assistant = turns.get("user"), turns.get("assistant")

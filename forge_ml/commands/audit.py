@@ -74,7 +74,10 @@ def _print_audit(summary: Any, args: Any) -> None:
     counts = ", ".join(f"{n} {severity}" for severity, n in summary.counts.items())
     title = f"{summary.path}: {summary.examples} example(s) audited by {summary.reviewer} — {counts}"
     rows = [(f.index, f.line.rsplit(":", 1)[-1], f.severity, f.issue, _shown_fix(f)) for f in summary.shown]
-    print_table(title, ("index", "line", "severity", "issue", "suggested_fix"), rows)
+    if rows:
+        print_table(title, ("index", "line", "severity", "issue", "suggested_fix"), rows)
+    else:
+        results.print(f"{title}: nothing to show at --min-severity {args.min_severity}", highlight=False)
     if summary.fallback_reason:
         console.print(f"[yellow]warning:[/] {summary.fallback_reason}", highlight=False, soft_wrap=True)
     if summary.failed_batches:

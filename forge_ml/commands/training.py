@@ -11,6 +11,11 @@ from forge_ml.errors import EXIT_OK, error_exit_code
 
 def _train_args(p) -> None:
     p.add_argument("-m", "--multirun", action="store_true", help="Hydra multirun: one job per sweep point")
+    p.add_argument(
+        "--register",
+        action="store_true",
+        help="register the adapter as a version of the project's model, alias challenger (then `forge-ml promote`)",
+    )
     overrides_argument(p, "Hydra overrides, e.g. lora.r=16 training.epochs=3")
 
 
@@ -67,27 +72,37 @@ def run_train(ctx: Context) -> int:
     runs: list[dict[str, Any]] = []
 
     def job(cfg: Any, context: dict[str, Any]) -> Any:
-        summary = train_one(cfg, run_name="train", tags=context)
+        summary = train_one(cfg, run_name="train", tags=context, register=ctx.args.register)
         runs.append(
             {
                 "run_id": summary.run_id,
                 "gold_accuracy": summary.gold.accuracy,
                 "adapter": str(summary.adapter_dir),
+                "version": summary.version,
             }
         )
         ctx.run_id = summary.run_id
         _print_train_summary(summary)
+        if summary.version is not None:
+            console.print(
+                f"registered as {cfg.registry.model_name or cfg.name} v{summary.version} (alias challenger): "
+                f"`forge-ml promote --version {summary.version}` runs the gate",
+                highlight=False,
+            )
         return summary
 
     result = launch(project, overrides, job, multirun=ctx.args.multirun, hydra_flags=hydra_flags)
     for round_result in result.rounds:  # `-m hydra/sweeper=tune`: one round of trials, no train job
         ctx.run_id = round_result.round_run_id
         runs += [
-            {"run_id": t.run_id, "gold_accuracy": None, "adapter": t.checkpoint} for t in round_result.trials
+            {"run_id": t.run_id, "gold_accuracy": None, "adapter": t.checkpoint, "version": None}
+            for t in round_result.trials
         ]
     ctx.report(runs=runs, failed_jobs=len(result.failed))
     if runs:
-        ctx.report(gold_accuracy=runs[-1]["gold_accuracy"], adapter=runs[-1]["adapter"])
+        ctx.report(
+            gold_accuracy=runs[-1]["gold_accuracy"], adapter=runs[-1]["adapter"], version=runs[-1]["version"]
+        )
     if result.failed and not ctx.args.multirun:
         raise result.failed[0].error
     for failed in result.failed:
@@ -205,7 +220,7 @@ COMMANDS = [
         "train one LoRA adapter, evaluate it, record it in MLflow",
         _train_args,
         run_train,
-        ("runs", "failed_jobs", "gold_accuracy", "adapter"),
+        ("runs", "failed_jobs", "gold_accuracy", "adapter", "version"),
     ),
     Command(
         "tune",

@@ -58,27 +58,70 @@ def normalize_text(text: str) -> str:
     return _SPACE.sub(" ", text.lower()).strip(_EDGE)
 
 
-def parse_record(record: Any, where: str) -> Example:
-    """Return the Example in one decoded JSONL record; raise InputError naming `where`."""
-    if not isinstance(record, dict):
-        raise InputError(f"{where}: expected a JSON object, got {type(record).__name__}")
-    messages = record.get("messages")
+def _turns(messages: Any, where: str, field: str) -> dict[str, str]:
+    """The user and assistant turns of a list of {role, content} objects (each at most once)."""
     if not isinstance(messages, list) or not messages:
-        raise InputError(f"{where}: 'messages' must be a non-empty list of {{role, content}} objects")
+        raise InputError(f"{where}: '{field}' must be a non-empty list of {{role, content}} objects")
     turns: dict[str, str] = {}
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("content"), str):
-            raise InputError(f"{where}: messages[{i}] must be an object with a string 'content'")
+            raise InputError(f"{where}: {field}[{i}] must be an object with a string 'content'")
         role = message.get("role")
         if role == "system":
             raise InputError(
-                f"{where}: messages[{i}] is a system turn; the system prompt comes from system_prompt.md"
+                f"{where}: {field}[{i}] is a system turn; the system prompt comes from system_prompt.md"
             )
         if role not in ROLES:
-            raise InputError(f"{where}: messages[{i}] has role {role!r}; expected user or assistant")
+            raise InputError(f"{where}: {field}[{i}] has role {role!r}; expected user or assistant")
         if role in turns:
             raise InputError(f"{where}: more than one {role} turn; one user and one assistant turn per line")
         turns[role] = message["content"]
+    return turns
+
+
+def _prompt_completion(prompt: Any, completion: Any, where: str) -> dict[str, str]:
+    """The turns of TRL's prompt-completion record: two strings, or two lists of turns."""
+    if isinstance(prompt, str) and isinstance(completion, str):
+        return {"user": prompt, "assistant": completion}
+    if isinstance(prompt, list) and isinstance(completion, list):
+        asked, answered = _turns(prompt, where, "prompt"), _turns(completion, where, "completion")
+        if "assistant" in asked:
+            raise InputError(f"{where}: 'prompt' holds an assistant turn; the answer goes in 'completion'")
+        if "user" in answered:
+            raise InputError(f"{where}: 'completion' holds a user turn; it must be the assistant's answer")
+        return asked | answered
+    raise InputError(
+        f"{where}: 'prompt' and 'completion' must both be strings, or both lists of {{role, content}} "
+        f"objects (got {type(prompt).__name__} and {type(completion).__name__})"
+    )
+
+
+FORMATS = (
+    "expected one of the Hugging Face/TRL formats: "
+    '{"messages": [{"role": "user", "content": ...}, {"role": "assistant", "content": ...}]}, '
+    '{"prompt": "...", "completion": "..."}, or prompt and completion as lists of such turns'
+)
+
+
+def parse_record(record: Any, where: str) -> Example:
+    """Return the Example in one decoded JSONL record; raise InputError naming `where`.
+
+    A record is a conversation (`messages`: one user turn and one assistant turn) or TRL's
+    prompt-completion pair: two strings (the user turn and the answer), or two lists of turns
+    (the user's, then the assistant's). The system prompt is never a line's: it is system_prompt.md.
+    """
+    if not isinstance(record, dict):
+        raise InputError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    shapes = [key for key in ("messages", "prompt", "completion") if key in record]
+    if not shapes:
+        keys = ", ".join(repr(key) for key in list(record)[:6]) or "none"
+        raise InputError(f"{where}: {FORMATS}; this line has the keys {keys}")
+    if "messages" in record:
+        if len(shapes) > 1:
+            raise InputError(f"{where}: both 'messages' and 'prompt'/'completion': use one format per line")
+        turns = _turns(record["messages"], where, "messages")
+    else:
+        turns = _prompt_completion(record.get("prompt"), record.get("completion"), where)
     for role in ROLES:
         if role not in turns:
             raise InputError(f"{where}: no {role} turn")

@@ -238,13 +238,9 @@ def run_audit(
     would still hold gold inputs, nothing is written and `fix_blocked` says why.
     """
     project = Project(Path(cfg.project_dir))
-    path = project.resolve(cfg.task.canonical_path)
-    if not path.is_file():
-        raise InputError(f"{path}: no canonical training data to audit (task.canonical_path)")
+    path = _audited_file(project, cfg)
     original = path.read_bytes()
     examples = read_examples(path)
-    if not examples:
-        raise InputError(f"{path}: no examples to audit")
     gold = read_gold(project, cfg.task)
     scorer = make_scorer(cfg.eval, project.root, probe=gold)  # raising fails here, not as a finding on each
     digest = dataset_hash(examples)
@@ -279,6 +275,20 @@ def run_audit(
                 _apply(run, path, original, examples, summary)
         _record(run, cfg, summary)
     return summary
+
+
+def _audited_file(project: Project, cfg: ForgeConfig) -> Path:
+    """canonical.jsonl; before the first run has merged the seed into it (a new project), the seed."""
+    canonical = project.resolve(cfg.task.canonical_path)
+    if canonical.is_file() and read_examples(canonical):
+        return canonical
+    seed = project.resolve(cfg.task.seed_path)
+    if seed.is_file() and read_examples(seed):
+        return seed
+    raise InputError(
+        f"{canonical}: no examples to audit (task.canonical_path), and none in the seed "
+        f"{seed} (task.seed_path) either"
+    )
 
 
 def _blocked(new: list[Example], gold: list[Example]) -> str | None:

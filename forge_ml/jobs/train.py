@@ -23,6 +23,7 @@ from forge_ml.fileio import atomic_write_json
 from forge_ml.models.adapters import peft_config_for
 from forge_ml.models.loader import BaseModelRef, load_base_model, load_tokenizer, pin_hub_commit, resolve_base
 from forge_ml.project import Project
+from forge_ml.registry import GoldOutcome, Registry
 from forge_ml.tracking import TrackedRun, Tracker, config_params
 from forge_ml.training import train_sft
 
@@ -39,6 +40,9 @@ class TrainSummary:
     gold: EvalReport
     history: list[dict[str, float]] = field(default_factory=list)
     tokens_per_s: float = 0.0
+    system_prompt: str = ""
+    gold_hash: str = ""
+    version: str | None = None  # the registry version, with `register`
 
 
 def _log_data(run: TrackedRun, cfg: ForgeConfig, project: Project, data: ProjectData) -> None:
@@ -61,13 +65,20 @@ def _log_data(run: TrackedRun, cfg: ForgeConfig, project: Project, data: Project
 
 
 def run_train(
-    cfg: ForgeConfig, *, run_name: str = "train", tags: dict[str, Any] | None = None
+    cfg: ForgeConfig, *, run_name: str = "train", tags: dict[str, Any] | None = None, register: bool = False
 ) -> TrainSummary:
-    """Train one adapter on the project's data, evaluate it on dev and gold, record it all; return the summary."""
+    """Train one adapter on the project's data, evaluate it on dev and gold, record it all; return the summary.
+
+    `register`: the adapter also becomes a version of the project's registered model, alias
+    `challenger`, with its gold outcome (what a flywheel round registers), for `forge-ml promote`.
+    """
     project = Project(Path(cfg.project_dir))
     # a broken scorer.py fails before training, and before the seed merge may rewrite canonical
     scorer = make_scorer(cfg.eval, project.root, probe=read_gold(project, cfg.task))
     data = load_project_data(project, cfg.task, write_seed=False)
+    registry = Registry.for_project(cfg, project) if register else None
+    if registry is not None:  # a champion measured on another gold set: refused before training
+        registry.check_gold(data.hashes["gold"])
     base = resolve_base(cfg, project, data.training_text())
     tokenizer = load_tokenizer(base, cfg.model, project)
     role = cfg.model.system_role
@@ -132,4 +143,33 @@ def run_train(
                 "dev_accuracy": dev.accuracy,
             },
         )
-    return TrainSummary(run.run_id, adapter_dir, base, dev, gold, outcome.history, outcome.tokens_per_s)
+    summary = TrainSummary(
+        run.run_id,
+        adapter_dir,
+        base,
+        dev,
+        gold,
+        outcome.history,
+        outcome.tokens_per_s,
+        system_prompt=data.system_prompt,
+        gold_hash=data.hashes["gold"],
+    )
+    if registry is not None:
+        summary.version = register_trained(cfg, registry, summary)
+    return summary
+
+
+def register_trained(cfg: ForgeConfig, registry: Registry, summary: TrainSummary) -> str:
+    """Register a trained adapter as a version (alias `challenger`) with its gold outcome; return its number."""
+    version = registry.register(
+        summary.run_id,
+        adapter_dir=summary.adapter_dir,
+        base=summary.base,
+        system_prompt=summary.system_prompt,
+        system_role=cfg.model.system_role,
+        max_new_tokens=cfg.eval.max_new_tokens,
+        batch_size=cfg.eval.batch_size,
+        outcome=GoldOutcome.from_report(summary.gold, summary.gold_hash),
+        tags={"forge.registered_by": "train"},
+    )
+    return str(version.version)
