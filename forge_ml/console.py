@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import re
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +32,9 @@ console = MirroredConsole(stderr=True)  # progress, messages, errors
 results = MirroredConsole()  # what a command reports: tables, scores
 
 
+_PADDING = re.compile(r"[ \t]+\n")
+
+
 class BoundedLog:
     """An append-only text file that moves itself to `<name>.1` (one old file kept) past `max_bytes`."""
 
@@ -39,6 +44,7 @@ class BoundedLog:
         self._file = path.open("a", encoding="utf-8")
 
     def write(self, text: str) -> int:
+        text = _PADDING.sub("\n", text)  # the console pads each line to its width: not in a file
         if self._file.tell() + len(text) > self.max_bytes and self._file.tell() > 0:
             self._file.close()
             self.path.replace(self.path.with_name(self.path.name + ".1"))
@@ -175,3 +181,8 @@ def round_table(result: Any, metric: str, width: int = 120) -> Any:
 
 def print_round(result: Any, metric: str) -> None:
     results.print(round_table(result, metric, width=results.width))
+
+
+def shell_path(path: Path | str) -> str:
+    """A path as a command to copy into a shell needs it: quoted when it holds a space or another special."""
+    return shlex.quote(str(path))

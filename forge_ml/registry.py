@@ -320,7 +320,24 @@ class Registry:
             return self.client.get_model_version_by_alias(self.name, alias or CHAMPION)
         except MlflowException:
             what = f"version {ref}" if ref is not None else f"alias @{alias or CHAMPION}"
-            raise InputError(f"registered model {self.name!r} has no {what}") from None
+            raise InputError(f"registered model {self.name!r} has no {what}{self._what_it_has()}") from None
+
+    def _what_it_has(self) -> str:
+        """For an error about a missing version or alias: the aliases there are, or how to register one."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            aliases = self.client.get_registered_model(self.name).aliases
+            count = len(self.client.search_model_versions(f"name = '{self.name}'"))
+        except MlflowException:
+            aliases, count = {}, 0
+        if count == 0:
+            return (
+                ": nothing is registered yet (`forge-ml flywheel` registers each round's best adapter, "
+                "`forge-ml train --register` one run)"
+            )
+        named = ", ".join(f"@{name} = v{number}" for name, number in sorted(aliases.items())) or "no aliases"
+        return f" ({count} version(s); {named})"
 
     def download(self, version: Any, dest: Path) -> ModelFiles:
         """Download the MLflow model of `version` into `dest`; return where its parts lie."""

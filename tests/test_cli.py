@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 
 import pytest
@@ -29,6 +30,25 @@ def test_init_scaffolds_a_project_that_composes(tmp_path):
         assert rel in said, rel  # a blank project says what to write before the first round
     assert f"cd {root} && forge-ml flywheel" in said
     assert run_cli("status", cwd=root).returncode == 0
+
+
+def test_a_path_with_a_space_is_printed_as_a_shell_reads_it_and_registry_commands_say_how_to_register(
+    tmp_path,
+):
+    result = run_cli("init", "my task", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    root = tmp_path / "my task"
+    (line,) = [x for x in result.stderr.splitlines() if "&& forge-ml flywheel" in x]
+    cd = line[line.index("cd ") : line.index(" && forge-ml flywheel")]
+    shell = subprocess.run(["bash", "-c", f"{cd} && pwd"], capture_output=True, text=True, check=False)
+    assert shell.returncode == 0 and shell.stdout.strip() == str(root), shell.stderr
+    write_jsonl(root / "dataset" / "gold.jsonl", [{"prompt": "a review", "completion": "positive"}])
+    for command in (["promote"], ["merge"], ["eval", "model=models:/my task@champion"]):
+        result = run_cli(*command, cwd=root)
+        assert result.returncode == 1, result.stderr
+        said = " ".join(result.stderr.split())
+        assert "has no alias @" in said and "nothing is registered yet" in said, said
+        assert "forge-ml train --register" in said, said
 
 
 def test_init_example_renames_and_keeps_comments(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from forge_ml.commands import Command, Context, overrides_argument
-from forge_ml.console import console, mirrored_to, results
+from forge_ml.console import console, mirrored_to, results, shell_path
 from forge_ml.errors import EXIT_GATE, EXIT_OK, ConfigError
 
 FLYWHEEL_LOG = "flywheel.log"  # under output/: what the run printed and logged, with times
@@ -97,7 +97,7 @@ def run_flywheel(ctx: Context) -> int:
         champion = "none" if outcome.champion_accuracy is None else f"{outcome.champion_accuracy:.3f}"
         results.print(f"stopped: {outcome.stop_reason}; champion gold accuracy {champion}", highlight=False)
         console.print(
-            f"see every round and trial: forge-ml -p {project.root} ui   (MLflow UI on http://127.0.0.1:5000)"
+            f"see every round and trial: forge-ml -p {shell_path(project.root)} ui   (MLflow UI on http://127.0.0.1:5000)"
         )
     if args.require_target and not outcome.target_reached:
         return EXIT_GATE

@@ -125,7 +125,7 @@ def run_push(ctx: Context) -> int:
         and not (project.root / "mlflow.db").exists()
     ):
         raise InputError(
-            f"{project.root / 'mlflow.db'}: nothing is registered yet; run `forge-ml flywheel` first"
+            f"{project.root / 'mlflow.db'}: nothing is registered yet; run `forge-ml flywheel` or `forge-ml train --register` first"
         )
     registry = Registry.for_project(cfg, project)
     alias = None if args.version_number else (args.alias or CHAMPION)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from forge_ml.commands import Command, Context, overrides_argument
-from forge_ml.console import console, results
+from forge_ml.console import console, results, shell_path
 from forge_ml.errors import EXIT_OK
 from forge_ml.project import init_project, packaged_examples
 
@@ -29,7 +29,7 @@ def run_init(ctx: Context) -> int:
     git = "not a git repository (--no-git)" if ctx.args.no_git else git_init(project.root)
     ctx.report(project=str(project.root), git=git)
     console.print(f"[green]created[/] {project.root}: {git}", highlight=False, soft_wrap=True)
-    run = f"cd {project.root} && forge-ml flywheel"
+    run = f"cd {shell_path(project.root)} && forge-ml flywheel"
     if ctx.args.example is None:  # a blank project: what to write before the first round
         run = (
             "describe the task and add examples, then "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from forge_ml.commands import Command, Context, overrides_argument
-from forge_ml.console import console, print_round, results
+from forge_ml.console import console, print_round, results, shell_path
 from forge_ml.errors import EXIT_OK, error_exit_code
 
 
@@ -112,7 +112,9 @@ def run_train(ctx: Context) -> int:
         console.print(f"{len(result.failed)} of {len(result.jobs)} job(s) failed")
         return max(error_exit_code(f.error) for f in result.failed)
     if result.jobs:
-        console.print(f"see the runs: forge-ml -p {project.root} ui   (MLflow UI on http://127.0.0.1:5000)")
+        console.print(
+            f"see the runs: forge-ml -p {shell_path(project.root)} ui   (MLflow UI on http://127.0.0.1:5000)"
+        )
     return EXIT_OK
 
 
@@ -134,7 +136,7 @@ def run_tune(ctx: Context) -> int:
         wall_s=result.wall_s,
     )
     print_round(result, cfg.tune.metric)
-    console.print(f"see the round: forge-ml -p {ctx.project().root} ui")
+    console.print(f"see the round: forge-ml -p {shell_path(ctx.project().root)} ui")
     return EXIT_OK
 
 
