@@ -238,9 +238,7 @@ def run_audit(
     would still hold gold inputs, nothing is written and `fix_blocked` says why.
     """
     project = Project(Path(cfg.project_dir))
-    path = _audited_file(project, cfg)
-    original = path.read_bytes()
-    examples = read_examples(path)
+    path, original, examples = _audited_file(project, cfg)
     gold = read_gold(project, cfg.task)
     scorer = make_scorer(cfg.eval, project.root, probe=gold)  # raising fails here, not as a finding on each
     digest = dataset_hash(examples)
@@ -277,14 +275,16 @@ def run_audit(
     return summary
 
 
-def _audited_file(project: Project, cfg: ForgeConfig) -> Path:
-    """canonical.jsonl; before the first run has merged the seed into it (a new project), the seed."""
+def _audited_file(project: Project, cfg: ForgeConfig) -> tuple[Path, bytes, list[Example]]:
+    """canonical.jsonl, its bytes and its examples; before the first run has merged the seed into
+    it (a new project), the seed's. The bytes are read first: a fix is written only over them."""
     canonical = project.resolve(cfg.task.canonical_path)
-    if canonical.is_file() and read_examples(canonical):
-        return canonical
     seed = project.resolve(cfg.task.seed_path)
-    if seed.is_file() and read_examples(seed):
-        return seed
+    for path in (canonical, seed):
+        original = path.read_bytes() if path.is_file() else b""
+        examples = read_examples(path, required=False)
+        if examples:
+            return path, original, examples
     raise InputError(
         f"{canonical}: no examples to audit (task.canonical_path), and none in the seed "
         f"{seed} (task.seed_path) either"
