@@ -332,14 +332,12 @@ class Flywheel:
                 gate=describe_gate(cfg.registry.gate),
             )
         )
-        version = self.registry.register(
+        version = self.registry.register_trained(
+            cfg,
             best.run_id,
             adapter_dir=adapter_dir,
             base=best.base,
             system_prompt=data.system_prompt,
-            system_role=cfg.model.system_role,
-            max_new_tokens=cfg.eval.max_new_tokens,
-            batch_size=cfg.eval.batch_size,
             outcome=outcome,
             tags={
                 "forge.round": state.round,

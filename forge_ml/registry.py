@@ -208,6 +208,31 @@ class Registry:
             self._transition(version.version, "Staging")
         return self.client.get_model_version(self.name, version.version)
 
+    def register_trained(
+        self,
+        cfg: ForgeConfig,
+        run_id: str,
+        *,
+        adapter_dir: Path,
+        base: BaseModelRef,
+        system_prompt: str,
+        outcome: GoldOutcome,
+        tags: dict[str, Any],
+    ) -> Any:
+        """`register` an adapter trained under `cfg`, served as it was evaluated: the model's system
+        role, and the generation length and batch of `cfg.eval` (a flywheel round, `train --register`)."""
+        return self.register(
+            run_id,
+            adapter_dir=adapter_dir,
+            base=base,
+            system_prompt=system_prompt,
+            system_role=cfg.model.system_role,
+            max_new_tokens=cfg.eval.max_new_tokens,
+            batch_size=cfg.eval.batch_size,
+            outcome=outcome,
+            tags=tags,
+        )
+
     def champion(self) -> Champion | None:
         """Return the champion version and its gold outcome, or None before the first promotion."""
         from mlflow.exceptions import MlflowException

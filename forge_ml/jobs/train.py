@@ -40,8 +40,6 @@ class TrainSummary:
     gold: EvalReport
     history: list[dict[str, float]] = field(default_factory=list)
     tokens_per_s: float = 0.0
-    system_prompt: str = ""
-    gold_hash: str = ""
     version: str | None = None  # the registry version, with `register`
 
 
@@ -143,33 +141,16 @@ def run_train(
                 "dev_accuracy": dev.accuracy,
             },
         )
-    summary = TrainSummary(
-        run.run_id,
-        adapter_dir,
-        base,
-        dev,
-        gold,
-        outcome.history,
-        outcome.tokens_per_s,
-        system_prompt=data.system_prompt,
-        gold_hash=data.hashes["gold"],
-    )
+    summary = TrainSummary(run.run_id, adapter_dir, base, dev, gold, outcome.history, outcome.tokens_per_s)
     if registry is not None:
-        summary.version = register_trained(cfg, registry, summary)
+        version = registry.register_trained(
+            cfg,
+            summary.run_id,
+            adapter_dir=adapter_dir,
+            base=base,
+            system_prompt=data.system_prompt,
+            outcome=GoldOutcome.from_report(gold, data.hashes["gold"]),
+            tags={"forge.registered_by": "train"},
+        )
+        summary.version = str(version.version)
     return summary
-
-
-def register_trained(cfg: ForgeConfig, registry: Registry, summary: TrainSummary) -> str:
-    """Register a trained adapter as a version (alias `challenger`) with its gold outcome; return its number."""
-    version = registry.register(
-        summary.run_id,
-        adapter_dir=summary.adapter_dir,
-        base=summary.base,
-        system_prompt=summary.system_prompt,
-        system_role=cfg.model.system_role,
-        max_new_tokens=cfg.eval.max_new_tokens,
-        batch_size=cfg.eval.batch_size,
-        outcome=GoldOutcome.from_report(summary.gold, summary.gold_hash),
-        tags={"forge.registered_by": "train"},
-    )
-    return str(version.version)
