@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from forge_ml.errors import ConfigError, RuntimeFault
 
@@ -56,17 +57,19 @@ def submit(
     *,
     remote_project: str | None = None,
     forward: list[str] | None = None,
+    settings: dict[str, str] | None = None,
     on_log: Callable[[str], None] = print,
     poll_s: float = 1.0,
 ) -> JobOutcome:
     """Submit `forge-ml <argv>` as a Ray Job, stream its logs through `on_log`, return how it ended.
 
     The job runs in an uploaded copy of `project_root`, or, with `remote_project`, in that directory
-    on the cluster (shared storage), which keeps what the command writes to the project.
+    on the cluster (shared storage), which keeps what the command writes to the project. `forward`
+    names variables of this environment to pass on; `settings` are more variables, never secrets.
     """
     from ray.job_submission import JobSubmissionClient
 
-    env = {}
+    env = dict(settings or {})
     for name in forward or []:
         if name not in os.environ:
             raise ConfigError(f"--env {name}: not set in this environment")
@@ -93,24 +96,47 @@ def submit(
                 continue
             raise RuntimeFault(f"Ray Jobs at {address}: cannot submit ({exc})") from exc
     on_log(f"submitted {job_id} to {address}: {entrypoint}\n")
-    shown = 0
+    follower = _LogFollower(client, job_id, on_log)
     try:
-        while True:
-            logs = client.get_job_logs(job_id)
-            if len(logs) > shown:
-                on_log(logs[shown:])
-                shown = len(logs)
-            info = client.get_job_info(job_id)
-            if str(info.status) in TERMINAL:
-                break
-            time.sleep(poll_s)
+        info = follower.until_done(poll_s)
     except KeyboardInterrupt:
+        # Ray sends the job's driver SIGTERM, and forge-ml there ends its runs as KILLED and saves its
+        # state: show that, for as long as the job takes to stop (a second Ctrl-C leaves at once).
+        on_log(f"stopping {job_id} on the cluster\n")
         client.stop_job(job_id)
+        follower.until_done(poll_s, timeout_s=STOP_WAIT_S)
         raise
-    logs = client.get_job_logs(job_id)
-    if len(logs) > shown:
-        on_log(logs[shown:])
     code = info.driver_exit_code
     if code is None:
         code = 0 if str(info.status) == "SUCCEEDED" else 2
     return JobOutcome(job_id, str(info.status), int(code), info.message or "")
+
+
+STOP_WAIT_S = 60.0  # how long a stopped job's last lines are waited for
+
+
+@dataclass
+class _LogFollower:
+    """Streams a job's log as it grows."""
+
+    client: Any
+    job_id: str
+    on_log: Callable[[str], None]
+    shown: int = 0
+
+    def flush(self) -> None:
+        logs = self.client.get_job_logs(self.job_id)
+        if len(logs) > self.shown:
+            self.on_log(logs[self.shown :])
+            self.shown = len(logs)
+
+    def until_done(self, poll_s: float, timeout_s: float | None = None) -> Any:
+        """Follow the log until the job ends (or `timeout_s` passes); return the job's last info."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            self.flush()
+            info = self.client.get_job_info(self.job_id)
+            if str(info.status) in TERMINAL or (deadline is not None and time.monotonic() > deadline):
+                self.flush()
+                return info
+            time.sleep(poll_s)

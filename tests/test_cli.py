@@ -92,6 +92,33 @@ def test_bad_override_exits_1_naming_the_key(small_project, override, fragment):
     assert not (small_project.root / "mlflow.db").exists()  # refused before anything ran
 
 
+@pytest.mark.parametrize(
+    ("where", "refused"),
+    [
+        ([], True),  # the project's sqlite store, in a copy Ray deletes
+        (["tracking.uri=sqlite:////shared/mlflow.db"], True),  # artifacts would still land in the copy
+        (["tracking=server"], False),
+        (["tracking.uri=https://mlflow.example.org"], False),
+        (["--remote-project", "/shared/router"], False),  # the project itself, where the job writes
+    ],
+)
+def test_submit_refuses_an_uploaded_copy_that_would_record_into_itself(small_project, where, refused):
+    from mlflow_server import free_port
+
+    options = [w for w in where if w.startswith("--") or w.startswith("/")]
+    overrides = [w for w in where if w not in options]
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: a job that is let through fails to connect
+    result = run_cli("submit", "--address", dead, *options, "train", *overrides, cwd=small_project.root)
+    said = result.stderr.replace("\n", " ")
+    if refused:
+        assert result.returncode == 1, said
+        assert "uploaded copy" in said and "tracking=server" in said and "--remote-project PATH" in said
+        assert "cannot submit" not in said  # refused before the cluster is asked
+    else:
+        assert result.returncode == 2 and f"Ray Jobs at {dead}: cannot submit" in said, said
+    assert not (small_project.root / "mlflow.db").exists()
+
+
 def test_multirun_with_one_bad_value_is_refused_up_front(small_project):
     result = run_cli("train", "-m", "lora.r=4,0", cwd=small_project.root)
     assert result.returncode == 1 and "lora.r: 0 is out of range" in result.stderr

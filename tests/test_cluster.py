@@ -34,18 +34,52 @@ def processes_marked(marker: bytes) -> list[int]:
     return pids
 
 
-def stop_marked(marker: bytes, grace_s: float = 20.0) -> None:
-    """SIGTERM every process carrying `marker`, then SIGKILL what is left after `grace_s`."""
+def with_descendants(pids: list[int]) -> set[int]:
+    """`pids` and every process below them. Ray's agents retitle themselves (setproctitle), which
+    overwrites the environment /proc shows, so they are found as the raylet's children instead."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):  # gone, or not a process
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def stop_marked(marker: bytes, grace_s: float = 5.0) -> None:
+    """SIGTERM every process carrying `marker` and those they started, then SIGKILL what is left after
+    `grace_s`. The whole family is listed before anything is signalled: a child whose parent dies first
+    is re-parented and could no longer be told apart. Ray's GCS server and its monitor outlast a SIGTERM
+    by more than 20 s here, so they get a short grace: this is a test cluster's teardown."""
+    family = with_descendants(processes_marked(marker))
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        for pid in processes_marked(marker):
+        family |= with_descendants(processes_marked(marker))
+        for pid in family:
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + wait
-        while processes_marked(marker) and time.monotonic() < deadline:
+        while any(alive(pid) for pid in family) and time.monotonic() < deadline:
             time.sleep(0.2)
-    assert not processes_marked(marker), "processes of the test cluster outlived SIGKILL"
+    assert not [pid for pid in family if alive(pid)], "processes of the test cluster outlived SIGKILL"
 
 
 @pytest.fixture(scope="module")
@@ -156,3 +190,39 @@ def test_a_round_as_a_ray_job_runs_on_both_nodes_and_records_to_the_server(clust
     local = Path(client.download_artifacts(best, "adapter", str(cluster["root"] / "download")))
     assert (local / "adapter_config.json").is_file() and (local / "adapter_model.safetensors").is_file()
     assert not (small_project.root / "mlflow.db").exists()  # nothing recorded locally
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_submit_stops_the_job_whose_run_ends_killed(cluster, small_project, tmp_path):
+    """Ctrl-C at the submitting terminal stops the job; the job's forge-ml ends its run KILLED, and the
+    lines it writes while stopping reach the terminal before submit exits."""
+    client = MlflowClient(tracking_uri=cluster["server"])
+    started = int(time.time() * 1000)
+    log = (tmp_path / "submit.err").open("w")
+    submitting = subprocess.Popen(
+        [str(BIN / "forge-ml"), "-p", str(small_project.root), "submit", "--address", cluster["dashboard"],
+         "train", *FAST, "training.epochs=200", "tracking=server"],
+        env={**cluster["env"], "NO_COLOR": "1", "COLUMNS": "200"}, stdout=subprocess.DEVNULL, stderr=log,
+    )  # fmt: skip
+
+    def training_run():
+        experiment = client.get_experiment_by_name("small")
+        if experiment is None:
+            return None
+        runs = client.search_runs(
+            [experiment.experiment_id],
+            f"attributes.start_time >= {started} and attributes.status = 'RUNNING'",
+        )
+        return runs[0] if runs else None
+
+    try:
+        wait_for(lambda: training_run() is not None, "the job's training run", timeout=300)
+        run_id = training_run().info.run_id
+        submitting.send_signal(signal.SIGINT)
+        assert submitting.wait(timeout=120) == 130
+    finally:
+        submitting.kill()
+        log.close()
+    said = (tmp_path / "submit.err").read_text()
+    assert "on the cluster" in said and "stopped by SIGTERM" in said, said[-3000:]  # the job's own last line
+    assert client.get_run(run_id).info.status == "KILLED"

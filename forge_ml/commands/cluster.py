@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from forge_ml.commands import Command, Context
 from forge_ml.console import console
@@ -32,17 +33,38 @@ def _args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _refuse_a_copy_that_keeps_nothing(uri: str, root: Path) -> None:
+    """An uploaded copy is deleted with the job: only a tracking server keeps what the job records.
+
+    A store on files (sqlite, file:, a database reached directly) would be written inside the copy, or
+    would hold artifacts there (mlartifacts/, ./mlruns), and the job would not see the project's runs,
+    registered versions or flywheel state either: it would run on an empty store and lose its results.
+    """
+    if uri.startswith(("http://", "https://", "databricks")):
+        return
+    raise ConfigError(
+        f"submit: the job would run in an uploaded copy of {root}, which Ray deletes when the job ends, and "
+        f"record to {uri} (tracking.uri): its runs, adapters, registry versions and dataset changes would be "
+        "lost with the copy, and it would see none of this project's. Record to an MLflow server the cluster "
+        "reaches (tracking=server, MLFLOW_TRACKING_URI=http://...), or run in the project itself on storage "
+        "the cluster shares (--remote-project PATH)"
+    )
+
+
 def run_submit(ctx: Context) -> int:
     import sys
 
     from forge_ml.cluster import dashboard_address, submit
     from forge_ml.search import split_sweep_overrides
+    from forge_ml.tracking import tracking_uri
 
     job = [*ctx.args.job, *ctx.extra]
     if not job or job[0].startswith("-"):
         raise ConfigError("submit: name the command to run, e.g. `forge-ml submit flywheel tune=cluster`")
     _, fixed = split_sweep_overrides([a for a in job[1:] if "=" in a and not a.startswith("-")])
     cfg = ctx.compose(fixed)  # validated here, before anything is sent (sweeps are checked by the job)
+    if ctx.args.remote_project is None:
+        _refuse_a_copy_that_keeps_nothing(tracking_uri(cfg, ctx.project()), ctx.project().root)
     address = dashboard_address(ctx.args.address or cfg.tune.address)
     outcome = submit(
         address,
@@ -50,6 +72,8 @@ def run_submit(ctx: Context) -> int:
         job,
         remote_project=ctx.args.remote_project,
         forward=ctx.args.env,
+        # The job's tables and progress stream back to this terminal: drawn at its width, not at 80.
+        settings={"COLUMNS": str(console.width)} if console.is_terminal else None,
         on_log=lambda text: sys.stderr.write(text),
     )
     ctx.report(job_id=outcome.job_id, status=outcome.status, job_exit_code=outcome.exit_code, address=address)
