@@ -43,6 +43,25 @@ def test_ui_serves_the_project_store(small_project):
                 time.sleep(0.5)
         assert status == 200
         assert (small_project.root / "mlflow.db").exists()
+        # One person's UI: MLflow's CLI and one uvicorn server, not four workers and a job runner.
+        assert len(in_session(proc.pid)) == 2, in_session(proc.pid)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
+    said = proc.stdout.read().decode()
+    assert "Warning" not in said, said  # the web stack's deprecation notices are not the user's
+
+
+def in_session(sid: int) -> list[str]:
+    """The command lines of the live processes in session `sid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[3]) == sid and fields[0] != "Z":
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
+        except (OSError, ValueError, IndexError):
+            continue
+    return found

@@ -59,6 +59,12 @@ def run_status(ctx: Context) -> int:
 def _ui_args(p) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=5000)
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes (default 1: one person's UI; MLflow's own default, 4, is for a shared server)",
+    )
     overrides_argument(p)
 
 
@@ -76,7 +82,11 @@ def run_ui(ctx: Context) -> int:
     argv = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
     # MLflow's job runner serves its GenAI jobs, which forge-ml never submits: a process less.
     os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
-    os.execv(sys.executable, [*argv, "--host", args.host, "--port", str(args.port)])
+    # Each server process warns, at import, of a deprecation in MLflow's own web stack: not the user's to fix.
+    os.environ.setdefault("PYTHONWARNINGS", "ignore:starlette.middleware.wsgi is deprecated:UserWarning")
+    os.execv(
+        sys.executable, [*argv, "--host", args.host, "--port", str(args.port), "--workers", str(args.workers)]
+    )
     return EXIT_OK  # not reached
 
 
