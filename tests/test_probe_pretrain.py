@@ -311,3 +311,37 @@ def test_bad_input_exits_1_naming_the_thing_and_writes_nothing(small_project):
 
     assert not (root / "output" / "pretrain_merged").exists()
     assert runs_of(root, "pretrain") == [] and runs_of(root, "probe") == []
+
+
+@pytest.mark.parametrize(
+    ("ratio", "blocks", "epochs", "batch", "accum", "max_steps", "expected"),
+    [
+        (0.03, 5, 2, 16, 1, -1, 0),  # 2 steps: no step is spent at a learning rate of 0
+        (0.03, 1600, 2, 16, 1, -1, 6),  # 200 steps: 6, as Hugging Face's own rounding gives
+        (0.1, 100, 3, 8, 2, -1, 2),  # 3 x ceil(13 / 2) = 21 steps
+        (0.5, 100, 3, 8, 1, 10, 5),  # max_steps decides
+        (0.0, 10_000, 5, 1, 1, -1, 0),
+    ],
+)
+def test_pretrain_warmup_counts_whole_steps_rounded_down(
+    ratio, blocks, epochs, batch, accum, max_steps, expected
+):
+    from forge_ml.config import ForgeConfig
+    from forge_ml.jobs.pretrain import warmup_steps
+
+    cfg = ForgeConfig()
+    t = cfg.training
+    t.warmup_ratio, t.epochs, t.batch_size, t.grad_accum, t.max_steps = ratio, epochs, batch, accum, max_steps
+    assert warmup_steps(cfg, blocks) == expected
+
+
+def test_a_corpus_of_one_step_per_epoch_learns_from_the_first_step(small_project):
+    corpus = small_project.root / "dataset" / "corpus"
+    corpus.mkdir()
+    (corpus / "rtl.md").write_text("RTL means return to launch: the drone flies home and lands.\n" * 3)
+    result, data = cli(
+        small_project.root, "pretrain", "--epochs", "3", *PRETRAIN, "training.warmup_ratio=0.03"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    first, second, third = data["train_loss"]  # one optimizer step per epoch
+    assert first > second > third

@@ -122,12 +122,15 @@ def run_pretrain(ctx: Context) -> int:
         train_loss=summary.losses,
         kept_base_of_versions=summary.kept_for,
     )
-    title = (
-        f"pretrain ({cfg.lora.method}) on {len(corpus.documents)} document(s), {summary.tokens} tokens "
-        f"from {corpus.root}"
+    # what it trained on is a line of its own: as the table's title it would wrap to the table's width
+    results.print(
+        f"pretrain ({cfg.lora.method}) on {len(corpus.documents)} document(s), {summary.tokens:,} tokens "
+        f"from {corpus.root}",
+        highlight=False,
+        soft_wrap=True,
     )
     rows = [(epoch, f"{loss:.4f}") for epoch, loss in enumerate(summary.losses, start=1)]
-    print_table(title, ("epoch", "train/loss"), rows)
+    print_table("pretrain", ("epoch", "train/loss"), rows)
     relative = summary.merged_dir.relative_to(ctx.project().root).as_posix()
     if summary.kept_for:
         results.print(
