@@ -15,6 +15,7 @@ schema and, when given, against `bounds` (the keys a planner may touch, with the
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -244,10 +245,46 @@ def check_override_syntax(overrides: list[str]) -> None:
         except HydraException as exc:
             lines = [line.strip() for line in str(exc).splitlines() if line.strip() not in ("", "^")]
             detail = [line for line in lines if not line.startswith(("See ", "Error parsing override"))]
+            hint = hydra_spelling(text)
             raise ConfigError(
                 f"command line: {text}: cannot parse it ({'; '.join(detail) or first_line(exc)});"
-                f" the override grammar: {OVERRIDE_GRAMMAR}"
+                + (f" in Hydra's grammar that is {hint};" if hint else "")
+                + f" the override grammar: {OVERRIDE_GRAMMAR}"
             ) from None
+
+
+# How Ray Tune, Optuna and W&B name a distribution, and the same in Hydra's sweep grammar. Ray's
+# randint and lograndint exclude their upper bound; Hydra's interval on an int key includes it.
+FOREIGN_DISTRIBUTIONS = {
+    "loguniform": "tag(log, interval({args}))",
+    "log_uniform": "tag(log, interval({args}))",
+    "log_uniform_values": "tag(log, interval({args}))",
+    "lograndint": "tag(log, interval({exclusive}))",
+    "uniform": "interval({args})",
+    "randint": "interval({exclusive})",
+    "int_uniform": "interval({args})",
+    "grid_search": "choice({items})",
+    "categorical": "choice({items})",
+}
+_CALL = re.compile(r"^(?P<key>[^=]+)=(?:tune\.)?(?P<name>\w+)\((?P<args>.*)\)$")
+_TWO_INTS = re.compile(r"^\s*(-?\d+)\s*,\s*(-?\d+)\s*$")
+
+
+def hydra_spelling(override: str) -> str | None:
+    """`key=tag(log, interval(1e-4,1e-2))` for `key=loguniform(1e-4,1e-2)`; None for anything else."""
+    found = _CALL.match(override.strip())
+    if found is None or found["name"] not in FOREIGN_DISTRIBUTIONS:
+        return None
+    args = found["args"].strip()
+    template = FOREIGN_DISTRIBUTIONS[found["name"]]
+    exclusive = None
+    if "{exclusive}" in template:
+        ints = _TWO_INTS.match(args)
+        if ints is None:
+            return None
+        exclusive = f"{ints[1]},{int(ints[2]) - 1}"
+    items = args[1:-1] if args[:1] in ("[", "(") and args[-1:] in ("]", ")") else args
+    return f"{found['key']}={template.format(args=args, items=items, exclusive=exclusive)}"
 
 
 def split_sweep_overrides(overrides: list[str]) -> tuple[dict[str, str], list[str]]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ray.tune.search.sample import Categorical, Float, Integer
 
 from forge_ml.errors import ConfigError
@@ -190,3 +192,49 @@ def test_each_round_samples_anew_and_the_same_history_samples_alike(kind):
     assert len(round_1) == len(round_2) == 3
     assert round_1 != round_2
     assert round_draws([]) == round_1  # deterministic: the same history gives the same draws
+
+
+def _number(value: float) -> str:
+    return repr(value) if value != int(value) else str(int(value))
+
+
+@st.composite
+def foreign_spellings(draw) -> tuple[str, str, SearchParam]:
+    """A distribution as Ray Tune, Optuna or W&B write it, and the parameter it means."""
+    form = draw(st.sampled_from(["loguniform", "uniform", "randint", "lograndint", "grid_search"]))
+    prefix = draw(st.sampled_from(["", "tune."]))
+    if form in ("loguniform", "uniform"):
+        low = draw(st.floats(1e-6, 0.5, allow_nan=False))
+        high = draw(st.floats(low * 1.01, 1.0, allow_nan=False))
+        text = f"training.learning_rate={prefix}{form}({_number(low)}, {_number(high)})"
+        return text, "training.learning_rate", SearchParam("training.learning_rate", form, low=low, high=high)
+    if form in ("randint", "lograndint"):
+        low = draw(st.integers(1, 60))
+        high = draw(st.integers(low + 2, 128))  # Ray's upper bound is exclusive
+        kind = "randint" if form == "randint" else "lograndint"
+        return (
+            f"lora.r={prefix}{form}({low},{high})",
+            "lora.r",
+            SearchParam("lora.r", kind, low=low, high=high - 1),
+        )
+    values = tuple(draw(st.lists(st.integers(1, 64), min_size=2, max_size=5, unique=True)))
+    text = f"lora.r={prefix}grid_search([{', '.join(map(str, values))}])"
+    return text, "lora.r", SearchParam("lora.r", "choice", values=values)
+
+
+@settings(max_examples=150, deadline=None)
+@given(foreign_spellings())
+def test_a_distribution_spelled_as_ray_or_optuna_does_is_refused_with_its_hydra_spelling(case):
+    from forge_ml.search import check_override_syntax
+
+    text, key, meant = case
+    with pytest.raises(ConfigError) as info:
+        check_override_syntax([text])
+    message = str(info.value)
+    assert message.startswith(f"command line: {text}: cannot parse it") and info.value.exit_code == 1
+    hint = message.split(" in Hydra's grammar that is ", 1)[1].split("; the override grammar", 1)[0]
+    assert hint.startswith(f"{key}=")
+    check_override_syntax([hint])  # what it suggests parses
+    parsed = parse_param(key, hint.split("=", 1)[1])
+    assert (parsed.kind, parsed.values) == (meant.kind, meant.values)
+    assert parsed.low == pytest.approx(meant.low) and parsed.high == pytest.approx(meant.high)
