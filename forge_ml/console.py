@@ -95,11 +95,17 @@ def mirrored_to(path: Path, max_bytes: int = LOG_MAX_BYTES) -> Iterator[None]:
         log.close()
 
 
+def titled_table(title: str, **options: Any) -> Any:
+    """A rich Table at least as wide as its title (rich wraps a longer title to the table's width)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    return Table(title=title, min_width=Text.from_markup(title).cell_len + 4, **options)
+
+
 def print_table(title: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
     """Print a titled table of `rows` (each cell as str, long cells folded) to `results`."""
-    from rich.table import Table
-
-    table = Table(title=title)
+    table = titled_table(title)
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
@@ -157,7 +163,7 @@ def round_table(result: Any, metric: str, width: int = 120) -> Any:
     )
 
     def build(columns: list[str], body: list[list[str]]) -> Table:
-        table = Table(title=title)
+        table = titled_table(title)
         for column in columns:
             table.add_column(column, overflow="fold")
         for row in body:

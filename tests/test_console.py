@@ -97,3 +97,22 @@ def test_a_round_too_wide_either_way_folds_its_cells_and_cuts_nothing():
     names, best, *_ = columns_of(text)
     assert all(label in names for label in LABELS)
     assert best.startswith("cb2304e2FINISHED") and "0.0063510.11540.098384.46400.250" in best
+
+
+@given(
+    title=st.text(st.characters(categories=["L", "N"]), min_size=1, max_size=12).map(
+        lambda word: f"round-001: best trial {word} (dev/loss 0.5914) in 53s"
+    ),
+    width=st.integers(80, 160),
+)
+def test_a_title_longer_than_its_table_stays_on_one_line(title, width):
+    from forge_ml.console import titled_table
+
+    table = titled_table(title)
+    table.add_column("trial")
+    table.add_column("r")
+    table.add_row("5ae6ebbf", "8")
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(table)
+    first = out.getvalue().splitlines()[0]
+    assert first.strip() == title  # one line, whole

@@ -97,7 +97,9 @@ def run_flywheel(ctx: Context) -> int:
         champion = "none" if outcome.champion_accuracy is None else f"{outcome.champion_accuracy:.3f}"
         results.print(f"stopped: {outcome.stop_reason}; champion gold accuracy {champion}", highlight=False)
         console.print(
-            f"see every round and trial: forge-ml -p {shell_path(project.root)} ui   (MLflow UI on http://127.0.0.1:5000)"
+            f"see every round and trial: forge-ml -p {shell_path(project.root)} ui   (MLflow UI on http://127.0.0.1:5000)",
+            highlight=False,
+            soft_wrap=True,  # a line to copy: never cut
         )
     if args.require_target and not outcome.target_reached:
         return EXIT_GATE

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from forge_ml.commands import Command, Context, overrides_argument
-from forge_ml.console import console, print_round, results, shell_path
+from forge_ml.console import console, print_round, results, shell_path, titled_table
 from forge_ml.errors import EXIT_OK, error_exit_code
 
 
@@ -20,10 +20,9 @@ def _train_args(p) -> None:
 
 
 def _print_train_summary(summary: Any) -> None:
-    from rich.table import Table
 
-    table = Table(
-        title=f"run {summary.run_id[:8]}: gold accuracy {summary.gold.accuracy:.3f} "
+    table = titled_table(
+        f"run {summary.run_id[:8]}: gold accuracy {summary.gold.accuracy:.3f} "
         f"({summary.gold.correct}/{summary.gold.total}), dev accuracy {summary.dev.accuracy:.3f}"
     )
     for column in ("category", "gold accuracy", "correct", "total"):
@@ -113,7 +112,9 @@ def run_train(ctx: Context) -> int:
         return max(error_exit_code(f.error) for f in result.failed)
     if result.jobs:
         console.print(
-            f"see the runs: forge-ml -p {shell_path(project.root)} ui   (MLflow UI on http://127.0.0.1:5000)"
+            f"see the runs: forge-ml -p {shell_path(project.root)} ui   (MLflow UI on http://127.0.0.1:5000)",
+            highlight=False,
+            soft_wrap=True,  # a line to copy: never cut
         )
     return EXIT_OK
 
@@ -170,7 +171,6 @@ def _judge_options(args: Any) -> Any:
 
 
 def _print_eval(summary: Any) -> None:
-    from rich.table import Table
 
     r, judged = summary.report, summary.judge
     shown = summary.target + (f" (v{summary.version})" if summary.version else "")
@@ -181,7 +181,7 @@ def _print_eval(summary: Any) -> None:
             f", judge accuracy {judged.report.accuracy:.3f} "
             f"({judged.usage.requests} requests, ${judged.cost_usd:.4f})"
         )
-    table = Table(title=title)
+    table = titled_table(title)
     for column in ("category", "gold accuracy", "correct", "total", *(["judge accuracy"] if judged else [])):
         table.add_column(column)
     for name, stats in r.per_category.items():

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_ml.config import ForgeConfig
+from forge_ml.console import titled_table
 from forge_ml.errors import InputError
 from forge_ml.gate import GoldOutcome
 from forge_ml.project import Project, ProjectLock
@@ -120,11 +121,9 @@ def _forced(registry: Registry, number: str, reason: str, before: str | None, ru
 
 def describe(result: PromoteResult) -> Any:
     """A rich renderable of the decision and its reasons."""
-    from rich.table import Table
-
     colour = {"promoted": "green", "forced": "yellow", "refused": "red"}[result.decision]
-    table = Table(
-        title=f"{result.model} v{result.version}: [{colour}]{result.decision}[/]", show_header=False
+    table = titled_table(
+        f"{result.model} v{result.version}: [{colour}]{result.decision}[/]", show_header=False
     )
     table.add_column("what")
     table.add_column("value")

@@ -11,6 +11,7 @@ from datetime import datetime
 from rich.table import Table
 
 from forge_ml.config import ForgeConfig
+from forge_ml.console import titled_table
 from forge_ml.data.examples import read_examples
 from forge_ml.journal import read_records
 from forge_ml.project import Project
@@ -49,8 +50,8 @@ def scores_table(project: Project) -> Table | None:
     if not isinstance(results, dict) or not {"accuracy", "correct", "total"} <= results.keys():
         log.warning("%s: unreadable; run `forge-ml eval` to write it again", path)
         return None
-    table = Table(
-        title=f"latest eval ({results.get('split', 'gold')}): accuracy {results['accuracy']:.3f} "
+    table = titled_table(
+        f"latest eval ({results.get('split', 'gold')}): accuracy {results['accuracy']:.3f} "
         f"({results['correct']}/{results['total']})"
     )
     for column in ("category", "accuracy", "correct", "total"):
@@ -69,7 +70,7 @@ def runs_summary(cfg: ForgeConfig, project: Project, limit: int = 5) -> Table | 
     if exp is None:
         return None
     metrics = ("dev/loss", "dev/accuracy", "gold/accuracy")
-    table = Table(title=f"latest MLflow runs ({experiment_name(cfg)})")
+    table = titled_table(f"latest MLflow runs ({experiment_name(cfg)})")
     for column in ("run", "status", *metrics, "started"):
         table.add_column(column)
     for run in runs_table(client, [exp.experiment_id], limit):
