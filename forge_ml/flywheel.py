@@ -40,14 +40,13 @@ from forge_ml.flywheel_state import (
     load_state,
     save_state,
 )
-from forge_ml.gate import describe_gate
 from forge_ml.jobs.evaluate import evaluate_adapter
 from forge_ml.llm import make_client
 from forge_ml.models.loader import load_tokenizer
 from forge_ml.planner import RoundPlanner, read_history
 from forge_ml.planner.history import FAILURES_FILE, read_failures
 from forge_ml.project import Project, ProjectLock, patch_config
-from forge_ml.registry import GoldOutcome, Registry, model_description
+from forge_ml.registry import GoldOutcome, Registry
 from forge_ml.search import parse_space
 from forge_ml.tracking import TrackedRun, Tracker, config_params, tracking_unreachable
 from forge_ml.tuning.engine import run_round
@@ -133,7 +132,7 @@ class Flywheel:
         champion = self.registry.champion()
         fw = self.cfg.flywheel
         if champion and champion.accuracy >= self.cfg.eval.target_accuracy:
-            return f"target reached: champion gold accuracy {champion.accuracy:.3f} ≥ {self.cfg.eval.target_accuracy}"
+            return f"target reached: the champion's gold accuracy ≥ eval.target_accuracy {self.cfg.eval.target_accuracy:g}"
         if done >= self.max_rounds:
             return f"{done} of {self.max_rounds} rounds done"
         if fw.wall_budget_min is not None and self._remaining_s() <= 0:
@@ -322,16 +321,6 @@ class Flywheel:
         run.log_artifact(results, "round/gold")
         run.log_artifact(failures, "round/gold")
         failpoint("flywheel.gold_eval")
-        self.registry.describe(
-            model_description(
-                self.project.mission_summary(),
-                gold=cfg.task.gold_path,
-                gold_total=outcome.total,
-                gold_hash=outcome.gold_hash,
-                scorer=cfg.eval.scorer,
-                gate=describe_gate(cfg.registry.gate),
-            )
-        )
         version = self.registry.register_trained(
             cfg,
             best.run_id,
@@ -344,6 +333,7 @@ class Flywheel:
                 "forge.round_run_id": run.run_id,
                 "forge.hypothesis": state.plan.hypothesis[:4000],
             },
+            mission=self.project.mission_summary(),
         )
         failpoint("flywheel.register")
         decision = self.registry.gate(version, outcome, cfg.registry.gate)

@@ -29,6 +29,7 @@ from forge_ml.gate import (
     GateDecision,
     GoldOutcome,
     decide,
+    describe_gate,
     mcnemar_exact,
     version_origin,
     version_summary,
@@ -218,9 +219,22 @@ class Registry:
         system_prompt: str,
         outcome: GoldOutcome,
         tags: dict[str, Any],
+        mission: str,
     ) -> Any:
         """`register` an adapter trained under `cfg`, served as it was evaluated: the model's system
-        role, and the generation length and batch of `cfg.eval` (a flywheel round, `train --register`)."""
+        role, and the generation length and batch of `cfg.eval` (a flywheel round, `train --register`).
+        The registered model's description says what it is for (`mission`), how gold scores it and
+        the gate's rule."""
+        self.describe(
+            model_description(
+                mission,
+                gold=cfg.task.gold_path,
+                gold_total=outcome.total,
+                gold_hash=outcome.gold_hash,
+                scorer=cfg.eval.scorer,
+                gate=describe_gate(cfg.registry.gate),
+            )
+        )
         return self.register(
             run_id,
             adapter_dir=adapter_dir,

@@ -40,6 +40,13 @@ def test_a_registered_training_run_is_gated_by_promote_and_served_from_the_regis
     assert version.run_id == data["run_id"]
     assert client.get_registered_model(name).aliases == {"challenger": 1}
     gold = read_examples(root / "dataset" / "gold.jsonl")
+    # the model's page says what it is for and how it is gated, as after a flywheel round
+    description = client.get_registered_model(name).description
+    assert description.startswith(small_project.mission_summary().strip())
+    assert (
+        f"({len(gold)} examples, hash {dataset_hash(gold)[:12]})" in description
+        and "**Gate:**" in description
+    )
     assert version.tags["forge.registered_by"] == "train"
     assert version.tags["forge.gold_hash"] == dataset_hash(gold)
     assert float(version.tags["forge.gold_accuracy"]) == pytest.approx(data["gold_accuracy"])

@@ -20,7 +20,6 @@ def _train_args(p) -> None:
 
 
 def _print_train_summary(summary: Any) -> None:
-
     table = titled_table(
         f"run {summary.run_id[:8]}: gold accuracy {summary.gold.accuracy:.3f} "
         f"({summary.gold.correct}/{summary.gold.total}), dev accuracy {summary.dev.accuracy:.3f}"
@@ -171,7 +170,6 @@ def _judge_options(args: Any) -> Any:
 
 
 def _print_eval(summary: Any) -> None:
-
     r, judged = summary.report, summary.judge
     shown = summary.target + (f" (v{summary.version})" if summary.version else "")
     results.print(f"evaluated: {shown}", highlight=False, soft_wrap=True)  # a path: a title would fold it

@@ -151,6 +151,7 @@ def run_train(
             system_prompt=data.system_prompt,
             outcome=GoldOutcome.from_report(gold, data.hashes["gold"]),
             tags={"forge.registered_by": "train"},
+            mission=project.mission_summary(),
         )
         summary.version = str(version.version)
     return summary
