@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,9 @@ from forge_ml.errors import ConfigError, RuntimeFault
 UPLOAD_EXCLUDES = ["output/", "mlflow.db", "mlartifacts/", "mlruns/", ".git/", "__pycache__/", "*.pyc"]
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
+# Where Ray's own clients look for a cluster, in Ray's order. Ray's JobSubmissionClient lets them
+# override the address it is given; forge-ml reads them itself, after --address and tune.address.
+ADDRESS_VARIABLES = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
 
 
 @dataclass
@@ -34,16 +38,28 @@ class JobOutcome:
     message: str
 
 
-def dashboard_address(address: str | None) -> str:
-    """Return the Jobs API address: an http(s) URL; `auto`/None use RAY_ADDRESS, else the local dashboard."""
-    if address in (None, "", "auto"):
-        address = os.environ.get("RAY_ADDRESS") or DEFAULT_DASHBOARD
-    if not address.startswith(("http://", "https://")):
-        raise ConfigError(
-            f"tune.address: {address!r} is not a dashboard address; jobs go to the Ray dashboard, "
-            "e.g. tune.address=http://head-node:8265"
-        )
-    return address
+def dashboard_address(given: str | None, configured: str | None) -> str:
+    """Return the Jobs API address, an http(s) URL: `--address`, else `tune.address` unless it is
+    `auto`, else RAY_API_SERVER_ADDRESS or RAY_ADDRESS, else the local dashboard. A wrong one is
+    named by where it came from."""
+    if given:
+        address, source = given, "--address"
+    elif configured not in (None, "", "auto"):
+        address, source = configured, "tune.address"
+    elif found := next((name for name in ADDRESS_VARIABLES if os.environ.get(name)), None):
+        address, source = os.environ[found], found
+    else:
+        return DEFAULT_DASHBOARD
+    if address.startswith(("http://", "https://")):
+        return address
+    if "://" not in address:  # head:6379, what `ray start --head` prints for ray.init and workers
+        why = "a Ray head's GCS address (what ray.init and workers take), not its dashboard"
+    else:
+        why = "not a dashboard address"
+    raise ConfigError(
+        f"{source}: {address!r} is {why}; jobs go to the Ray dashboard's URL, by default on port 8265, "
+        "e.g. --address http://head-node:8265"
+    )
 
 
 NO_AGENT = "No available agent to submit job"  # Ray's answer while the head's job agent starts
@@ -81,7 +97,8 @@ def submit(
     deadline = time.monotonic() + AGENT_WAIT_S
     while True:
         try:
-            client = JobSubmissionClient(address)
+            with _variables_unset(ADDRESS_VARIABLES):  # the address decided above, not Ray's override
+                client = JobSubmissionClient(address)
             job_id = client.submit_job(
                 entrypoint=entrypoint,
                 runtime_env=runtime_env,
@@ -110,6 +127,15 @@ def submit(
     if code is None:
         code = 0 if str(info.status) == "SUCCEEDED" else 2
     return JobOutcome(job_id, str(info.status), int(code), info.message or "")
+
+
+@contextmanager
+def _variables_unset(names: tuple[str, ...]) -> Iterator[None]:
+    saved = {name: os.environ.pop(name) for name in names if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 STOP_WAIT_S = 60.0  # how long a stopped job's last lines are waited for

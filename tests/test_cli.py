@@ -119,6 +119,34 @@ def test_submit_refuses_an_uploaded_copy_that_would_record_into_itself(small_pro
     assert not (small_project.root / "mlflow.db").exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "ray_address", "said"),
+    [
+        (["--address", "10.0.0.1:6379"], None, "--address: '10.0.0.1:6379' is a Ray head's GCS address"),
+        ([], "127.0.0.1:6379", "RAY_ADDRESS: '127.0.0.1:6379' is a Ray head's GCS address"),
+        (
+            ["status", "tune.address=ray://head:10001"],
+            None,
+            "tune.address: 'ray://head:10001' is not a dashboard",
+        ),
+        (["--address", "{dead}"], "127.0.0.1:6379", "Ray Jobs at {dead}: cannot submit"),  # --address wins
+    ],
+)
+def test_submit_names_where_a_wrong_cluster_address_came_from(small_project, args, ray_address, said):
+    from mlflow_server import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    args = [a.replace("{dead}", dead) for a in args]
+    options, job = (args, ["status"]) if not args or args[0] == "--address" else ([], args)
+    env = {"RAY_ADDRESS": ray_address} if ray_address else {}
+    result = run_cli(
+        "submit", *options, "--remote-project", "/shared/router", *job, cwd=small_project.root, env=env
+    )
+    expected = said.replace("{dead}", dead)
+    assert expected in result.stderr.replace("\n", " "), result.stderr
+    assert result.returncode == (2 if "cannot submit" in expected else 1)
+
+
 def test_multirun_with_one_bad_value_is_refused_up_front(small_project):
     result = run_cli("train", "-m", "lora.r=4,0", cwd=small_project.root)
     assert result.returncode == 1 and "lora.r: 0 is out of range" in result.stderr

@@ -12,7 +12,9 @@ from forge_ml.errors import ConfigError
 
 def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--address", help="Ray dashboard, e.g. http://head:8265 (default: tune.address, RAY_ADDRESS)"
+        "--address",
+        help="Ray dashboard, e.g. http://head:8265 (default: tune.address, else RAY_API_SERVER_ADDRESS or "
+        "RAY_ADDRESS, else http://127.0.0.1:8265)",
     )
     p.add_argument(
         "--remote-project",
@@ -65,7 +67,7 @@ def run_submit(ctx: Context) -> int:
     cfg = ctx.compose(fixed)  # validated here, before anything is sent (sweeps are checked by the job)
     if ctx.args.remote_project is None:
         _refuse_a_copy_that_keeps_nothing(tracking_uri(cfg, ctx.project()), ctx.project().root)
-    address = dashboard_address(ctx.args.address or cfg.tune.address)
+    address = dashboard_address(ctx.args.address, cfg.tune.address)
     outcome = submit(
         address,
         ctx.project().root,
