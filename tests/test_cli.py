@@ -93,29 +93,33 @@ def test_bad_override_exits_1_naming_the_key(small_project, override, fragment):
 
 
 @pytest.mark.parametrize(
-    ("where", "refused"),
+    ("options", "overrides", "refusal"),
     [
-        ([], True),  # the project's sqlite store, in a copy Ray deletes
-        (["tracking.uri=sqlite:////shared/mlflow.db"], True),  # artifacts would still land in the copy
-        (["tracking=server"], False),
-        (["tracking.uri=https://mlflow.example.org"], False),
-        (["--remote-project", "/shared/router"], False),  # the project itself, where the job writes
+        ([], [], "uploaded copy"),  # the project's sqlite store, in a copy Ray deletes
+        ([], ["tracking.uri=sqlite:////shared/mlflow.db"], "uploaded copy"),  # its artifacts: in the copy
+        ([], ["tracking=server"], None),
+        ([], ["tracking.uri=https://mlflow.example.org"], None),
+        (["--remote-project", "/shared/router"], [], None),  # the project itself, where the job writes
+        (
+            ["--remote-project", "shared/router"],
+            [],
+            "give the project's absolute path",
+        ),  # read from Ray's tmp
     ],
 )
-def test_submit_refuses_an_uploaded_copy_that_would_record_into_itself(small_project, where, refused):
+def test_submit_refuses_a_job_whose_results_would_be_lost(small_project, options, overrides, refusal):
     from mlflow_server import free_port
 
-    options = [w for w in where if w.startswith("--") or w.startswith("/")]
-    overrides = [w for w in where if w not in options]
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: a job that is let through fails to connect
     result = run_cli("submit", "--address", dead, *options, "train", *overrides, cwd=small_project.root)
     said = result.stderr.replace("\n", " ")
-    if refused:
-        assert result.returncode == 1, said
-        assert "uploaded copy" in said and "tracking=server" in said and "--remote-project PATH" in said
-        assert "cannot submit" not in said  # refused before the cluster is asked
-    else:
+    if refusal is None:
         assert result.returncode == 2 and f"Ray Jobs at {dead}: cannot submit" in said, said
+    else:
+        assert result.returncode == 1 and refusal in said, said
+        assert "cannot submit" not in said  # refused before the cluster is asked
+    if refusal == "uploaded copy":
+        assert "tracking=server" in said and "--remote-project PATH" in said
     assert not (small_project.root / "mlflow.db").exists()
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from forge_ml.commands import Command, Context
 from forge_ml.console import console
@@ -67,6 +67,11 @@ def run_submit(ctx: Context) -> int:
     cfg = ctx.compose(fixed)  # validated here, before anything is sent (sweeps are checked by the job)
     if ctx.args.remote_project is None:
         _refuse_a_copy_that_keeps_nothing(tracking_uri(cfg, ctx.project()), ctx.project().root)
+    elif not PurePosixPath(ctx.args.remote_project).is_absolute():
+        raise ConfigError(
+            f"--remote-project {ctx.args.remote_project}: give the project's absolute path on the cluster's "
+            "shared storage; a relative one would be read from the job's own temporary directory"
+        )
     address = dashboard_address(ctx.args.address, cfg.tune.address)
     outcome = submit(
         address,
