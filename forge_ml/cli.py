@@ -20,6 +20,7 @@ from forge_ml import __version__, stopping
 from forge_ml.commands import Command, Context, all_commands
 from forge_ml.console import console, results
 from forge_ml.errors import ForgeError, RuntimeFault, describe, error_exit_code
+from forge_ml.models.generation import PEFT_ALIAS_WARNING
 from forge_ml.progress import set_quiet
 from forge_ml.secrets import RedactingFilter, redact_text
 
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(args.verbose)
     for name, value in QUIET_ENV.items():  # progress bars of libraries clutter the command's own output
         os.environ.setdefault(name, value)
-    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    warnings.filterwarnings("ignore", **PEFT_ALIAS_WARNING)
     command = next(c for c in commands if c.name == args.command)
     ctx = Context(args, extra, json=args.json)
     set_quiet(args.json)

@@ -15,6 +15,10 @@ from typing import Any
 # code no config pins, so every model forge-ml loads passes this (a saved model's pyfunc too).
 NO_HUB_KERNELS = {"use_kernels": False}
 
+# PEFT reads transformers' deprecated `is_gradient_checkpointing` alias each time it loads an adapter,
+# which warns (FutureWarning) about code that is not the user's: the CLI and every saved model hide it.
+PEFT_ALIAS_WARNING = {"message": ".*is_gradient_checkpointing.*", "category": FutureWarning}
+
 
 def auto_dtype() -> Any:
     """Return bf16 on a CUDA device that has it, else fp32 (the `dtype: auto` rule)."""

@@ -112,10 +112,8 @@ with warnings.catch_warnings(record=True):
             )
             if self.tokenizer.pad_token is None:
                 self.tokenizer.pad_token = self.tokenizer.eos_token
-            with warnings.catch_warnings():  # PEFT reads transformers' deprecated alias on every load
-                warnings.filterwarnings(
-                    "ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning
-                )
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", **generation.PEFT_ALIAS_WARNING)
                 self.model = PeftModel.from_pretrained(model, str(adapter), is_trainable=False)
 
         def predict(self, context, model_input, params=None):
