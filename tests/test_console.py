@@ -116,3 +116,51 @@ def test_a_title_longer_than_its_table_stays_on_one_line(title, width):
     Console(file=out, width=width, color_system=None).print(table)
     first = out.getvalue().splitlines()[0]
     assert first.strip() == title  # one line, whole
+
+
+@given(
+    rounds=st.lists(
+        st.tuples(
+            st.sampled_from(["offline", "claude", "offline (fallback)"]),
+            st.integers(1, 10_000_000),
+            st.integers(0, 100_000),
+            st.one_of(st.none(), st.floats(0, 1)),
+            st.one_of(st.none(), st.integers(1, 999)),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_the_rounds_table_keeps_every_figure_whole_in_80_columns(rounds):
+    from types import SimpleNamespace
+
+    from forge_ml.commands import flywheel
+
+    records = [
+        SimpleNamespace(
+            round=i + 1,
+            planner=planner,
+            dataset_size=size,
+            examples_added=added,
+            dev_accuracy=score,
+            gold_accuracy=score,
+            version=version,
+            promoted=promoted,
+            champion_accuracy=score,
+        )
+        for i, (planner, size, added, score, version, promoted) in enumerate(rounds)
+    ]
+    out = io.StringIO()
+    saved, flywheel.results = flywheel.results, Console(file=out, width=80, color_system=None)
+    try:
+        flywheel.print_rounds(records)
+    finally:
+        flywheel.results = saved
+    text = out.getvalue()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    for r in records:
+        score = "-" if r.dev_accuracy is None else f"{r.dev_accuracy:.3f}"
+        verdict = f"v{r.version} {'promoted' if r.promoted else 'refused'}" if r.version else "-"
+        row = next(line for line in text.splitlines() if line.startswith(f"│ {r.round} "))
+        assert f"│ {score} " in row and f"│ {verdict} " in row  # the figures on the round's first line, whole

@@ -39,18 +39,12 @@ def _score(value: float | None) -> str:
 def print_rounds(records: list[RoundRecord]) -> None:
     from rich.table import Table
 
-    table = Table(title="flywheel rounds")
-    for column in (
-        "round",
-        "planner",
-        "examples",
-        "best dev acc",
-        "gold acc",
-        "version",
-        "gate",
-        "champion acc",
-    ):
-        table.add_column(column)
+    table = Table(
+        title="flywheel rounds", caption="dev, gold, champion: accuracy (dev: the round's best trial)"
+    )
+    # Seven columns fit 80 (a pipe, a job's log): the wordy two fold at their spaces, the figures stay whole.
+    for column in ("round", "planner", "examples", "dev", "gold", "version", "champion"):
+        table.add_column(column, overflow="fold", no_wrap=column not in ("planner", "examples"))
     for r in records:
         table.add_row(
             str(r.round),
@@ -58,8 +52,7 @@ def print_rounds(records: list[RoundRecord]) -> None:
             f"{r.dataset_size} (+{r.examples_added})",
             _score(r.dev_accuracy),
             _score(r.gold_accuracy),
-            f"v{r.version}" if r.version else "-",
-            ("promoted" if r.promoted else "refused") if r.version else "-",
+            f"v{r.version} {'promoted' if r.promoted else 'refused'}" if r.version else "-",
             _score(r.champion_accuracy),
         )
     results.print(table)
