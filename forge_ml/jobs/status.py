@@ -70,9 +70,11 @@ def runs_summary(cfg: ForgeConfig, project: Project, limit: int = 5) -> Table | 
     if exp is None:
         return None
     metrics = ("dev/loss", "dev/accuracy", "gold/accuracy")
-    table = titled_table(f"latest MLflow runs ({experiment_name(cfg)})")
-    for column in ("run", "status", *metrics, "started"):
-        table.add_column(column)
+    table = titled_table(f"latest MLflow runs ({experiment_name(cfg)})", caption="acc: accuracy")
+    # In 80 columns the run's name folds; the figures and headers stay whole.
+    table.add_column("run", overflow="fold")
+    for column in ("status", "dev/loss", "dev/acc", "gold/acc", "started"):
+        table.add_column(column, no_wrap=True)
     for run in runs_table(client, [exp.experiment_id], limit):
         values = run.data.metrics
         started = run.info.start_time
@@ -91,8 +93,8 @@ def flywheel_table(summary: dict) -> Table | None:
     if not summary["rounds_done"] and summary["heartbeat"] is None:
         return None
     table = Table(title="flywheel", show_header=False)
-    table.add_column("what")
-    table.add_column("value")
+    table.add_column("what", no_wrap=True)
+    table.add_column("value", overflow="fold")  # a line to copy (load it) folds, never cut
     champion = summary["champion"]
     if champion:
         table.add_row(
