@@ -105,7 +105,9 @@ def flywheel_table(summary: dict) -> Table | None:
         table.add_row("load it", f'mlflow.pyfunc.load_model("{champion["uri"]}").predict(["..."])')
     else:
         table.add_row("champion", "none yet")
-    table.add_row("rounds", f"{summary['rounds_done']} done of flywheel.max_rounds={summary['max_rounds']}")
+    done, most = summary["rounds_done"], summary["max_rounds"]
+    beyond = "; `flywheel --iters` ran past it" if done > most else ""
+    table.add_row("rounds", f"{done} done of flywheel.max_rounds={most}{beyond}")
     last = summary["last_round"]
     if last:
         gold = last.get("gold_accuracy")
