@@ -83,6 +83,7 @@ def submit(
     on the cluster (shared storage), which keeps what the command writes to the project. `forward`
     names variables of this environment to pass on; `settings` are more variables, never secrets.
     """
+    from ray.exceptions import AuthenticationError
     from ray.job_submission import JobSubmissionClient
 
     env = dict(settings or {})
@@ -105,6 +106,14 @@ def submit(
                 metadata={"forge.project": project_root.name},
             )
             break
+        except AuthenticationError as exc:
+            raise ConfigError(
+                f"Ray Jobs at {address}: the cluster wants a token ({str(exc).split('. ')[0]}). "
+                "Set RAY_AUTH_MODE=token: Ray "
+                "then sends the one in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token (which a "
+                "local Ray runtime writes, and which turns token authentication on for a later "
+                "`ray start --head` on the same machine)"
+            ) from None
         except (ConnectionError, RuntimeError) as exc:
             # A head node that has just started has no job agent yet: Ray says so and asks to retry.
             if NO_AGENT in str(exc) and time.monotonic() < deadline:

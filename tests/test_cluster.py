@@ -167,7 +167,10 @@ def test_a_round_as_a_ray_job_runs_on_both_nodes_and_records_to_the_server(clust
     refused = run_cli(
         "-p", str(small_project.root), "submit", "--address", cluster["dashboard"], *ROUND, env=without_token
     )
-    assert refused.returncode != 0  # the cluster wants its token
+    said = refused.stderr.replace("\n", " ")
+    assert (
+        refused.returncode == 1 and "the cluster wants a token" in said and "RAY_AUTH_MODE=token" in said
+    ), said
 
     storage = f"file://{cluster['root'] / 'shared-storage'}"
     result = run_cli(
