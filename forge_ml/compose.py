@@ -86,6 +86,11 @@ def compose_config(project: Project, overrides: list[str]) -> ForgeConfig:
     from omegaconf.errors import OmegaConfBaseException
 
     check_override_syntax(overrides)
+    if not read_utf8(project.config_file).strip():
+        raise ConfigError(
+            f"{project.config_file}: empty; it holds the project's name and its defaults list "
+            "(`forge-ml init` writes one)"
+        )
     try:
         with initialize_config_dir(config_dir=str(project.root), version_base=None, job_name="forge-ml"):
             cfg = compose(

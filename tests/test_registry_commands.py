@@ -388,6 +388,16 @@ def test_eval_with_claude_as_judge_direct_and_batched(trained):
     assert [s["index"] for s in scores] == list(range(27)) and scores[3]["reason"] == "reason 3"
     assert json.loads((t.root / "output" / "eval_results.json").read_text())["judge"]["requests"] == 4
     assert API_KEY not in json.dumps([tags, run.data.params]) and API_KEY not in result.stderr
+    status = run_cli("-p", str(t.root), "status")
+    assert status.returncode == 0, status.stderr
+    title = f"latest eval (gold) of v2: accuracy {t.accuracy:.3f} ({data['correct']}/27), judge 0.333"
+    assert title in status.stdout
+    rows = {
+        line.split("│")[1].strip(): line.split("│")[5].strip()
+        for line in status.stdout.splitlines()
+        if line.count("│") == 6
+    }  # category │ accuracy │ correct │ total │ judge
+    assert rows == {k: f"{v:.3f}" for k, v in per_category.items()}
 
     with FakeAnthropic(batch_polls_before_end=1) as fake:
         seen = []

@@ -80,7 +80,8 @@ def test_multirun_leaves_one_complete_run_per_job_then_eval_and_status(small_pro
     canonical = len((root / "dataset" / "canonical.jsonl").read_text().splitlines())
     assert canonical == shrunk + 30  # the 30 seed examples were merged on first use
     assert f"canonical │ {canonical}" in status.stdout
-    assert "latest eval (gold)" in status.stdout and "train (" in status.stdout
+    scored = f"latest eval (gold) of run {last['run_id'][:8]}: accuracy {report['accuracy']:.3f}"
+    assert scored in status.stdout and "judge" not in status.stdout and "train (" in status.stdout
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from forge_ml.config.checks import Problems
 from forge_ml.config.evaluation import EvalConfig
@@ -107,7 +107,15 @@ def _describe(exc: OmegaConfBaseException, cfg: dict[str, Any]) -> str:
         return _wrong_kind(_schema(), cfg) or message
     if "not in" in message or ("Key '" in message and "not" in message):
         return f"unknown key '{key}'" + did_you_mean(key)
+    if isinstance(exc, MissingMandatoryValue):
+        return f"{key}: missing: forge.yaml must set it ({_help(key)})"
     return f"{key}: {message}" if key else message
+
+
+def _help(key: str) -> str:
+    """The schema's help text of a top-level key."""
+    fields = {f.name: f for f in dataclasses.fields(ForgeConfig)}
+    return fields[key].metadata.get("help", key) if key in fields else key
 
 
 def _wrong_kind(schema: DictConfig, data: dict[str, Any], prefix: str = "") -> str | None:

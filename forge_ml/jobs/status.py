@@ -7,6 +7,7 @@ import logging
 from collections import Counter
 from dataclasses import asdict
 from datetime import datetime
+from pathlib import Path
 
 from rich.table import Table
 
@@ -40,6 +41,7 @@ def dataset_table(cfg: ForgeConfig, project: Project) -> Table:
 
 
 def scores_table(project: Project) -> Table | None:
+    """The latest `eval`/`train` gold report per category, with Claude's judge scores when it judged."""
     path = project.output / "eval_results.json"
     if not path.is_file():
         return None
@@ -50,15 +52,37 @@ def scores_table(project: Project) -> Table | None:
     if not isinstance(results, dict) or not {"accuracy", "correct", "total"} <= results.keys():
         log.warning("%s: unreadable; run `forge-ml eval` to write it again", path)
         return None
-    table = titled_table(
-        f"latest eval ({results.get('split', 'gold')}): accuracy {results['accuracy']:.3f} "
-        f"({results['correct']}/{results['total']})"
-    )
-    for column in ("category", "accuracy", "correct", "total"):
+    judge = results.get("judge") if isinstance(results.get("judge"), dict) else None
+    title = f"latest eval ({results.get('split', 'gold')})"
+    if evaluated := _evaluated(project, results):
+        title += f" of {evaluated}"
+    title += f": accuracy {results['accuracy']:.3f} ({results['correct']}/{results['total']})"
+    if judge:
+        title += f", judge {judge['accuracy']:.3f}"
+    table = titled_table(title)
+    for column in ("category", "accuracy", "correct", "total", *(["judge"] if judge else [])):
         table.add_column(column)
+    judged = judge.get("per_category", {}) if judge else {}
     for name, stats in results.get("per_category", {}).items():
-        table.add_row(name, f"{stats['accuracy']:.3f}", str(stats["correct"]), str(stats["total"]))
+        row = [name, f"{stats['accuracy']:.3f}", str(stats["correct"]), str(stats["total"])]
+        if judge:
+            row.append(f"{judged[name]:.3f}" if name in judged else "-")
+        table.add_row(*row)
     return table
+
+
+def _evaluated(project: Project, results: dict) -> str | None:
+    """What the report scored, briefly: `v3` for a registry version, `run 962b7c02` for an adapter a
+    train or trial run saved (its folder is named after the run), else its path (project-relative)."""
+    if results.get("version"):
+        return f"v{results['version']}"
+    target = results.get("target")
+    if not isinstance(target, str) or not target:
+        return None
+    path = Path(target)
+    if path.parent == project.output / "adapters":
+        return f"run {path.name[:8]}"
+    return str(path.relative_to(project.root)) if path.is_relative_to(project.root) else target
 
 
 def runs_summary(cfg: ForgeConfig, project: Project, limit: int = 5) -> Table | None:
