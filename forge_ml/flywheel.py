@@ -40,6 +40,7 @@ from forge_ml.flywheel_state import (
     load_state,
     save_state,
 )
+from forge_ml.heartbeat import Heartbeat
 from forge_ml.jobs.evaluate import evaluate_adapter
 from forge_ml.llm import make_client
 from forge_ml.models.loader import load_tokenizer
@@ -89,10 +90,11 @@ class Flywheel:
         self.registry = Registry.for_project(self.cfg, project)
         self.planner = RoundPlanner(self.cfg, project)
         self.started = time.monotonic()
+        self.heartbeat = Heartbeat(project, self.cfg.flywheel.heartbeat_s)
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self, *, rebaseline: bool = False) -> FlywheelResult:
-        with ProjectLock(self.project) as lock, ExitStack() as self._resources:
+        with ProjectLock(self.project) as lock, ExitStack() as self._resources, self.heartbeat:
             if lock.recovered:
                 console.print(
                     f"recovered the lock of a stopped flywheel (pid {lock.recovered_from or 'unknown'})"
@@ -153,25 +155,31 @@ class Flywheel:
         champion = self.registry.champion()
         accuracy = champion.accuracy if champion else None
         reached = accuracy is not None and accuracy >= self.cfg.eval.target_accuracy
-        journal.write_heartbeat(self.project, done, "completed", accuracy=accuracy, stop_reason=stop)
+        self.heartbeat.beat(done, "completed", accuracy=accuracy, stop_reason=stop)
         return FlywheelResult(done, stop, accuracy, reached, records)
 
     # -- one round ------------------------------------------------------------------------------
     def _round(self, state: RoundState) -> None:
         number = state.round
-        journal.write_heartbeat(self.project, number, "running", stage=state.stage)
+        beat = self.heartbeat
+        beat.beat(number, "running", stage=state.stage)
         try:
             if not state.reached("planned"):  # forge.yaml may carry last round's patches
+                beat.step("plan")
                 self._plan(compose_config(self.project, self.overrides), state)
             cfg = self._round_config(state)
             run = self._open_run(state, cfg)
             if not state.reached("augmented"):
+                beat.step("augment")
                 self._augment(cfg, state, run)
             if not self.skip_train:
                 if not state.reached("tuned"):
+                    beat.step("tune")
                     self._tune(cfg, state, run)
                 if not state.reached("gated"):
+                    beat.step("gate")
                     self._gate(cfg, state, run)
+            beat.step("record")
             self._record(cfg, state, run)
         except BaseException as exc:
             self._fail(state, exc)
@@ -290,6 +298,7 @@ class Flywheel:
             name=f"round-{state.round:03d}",
             restore_from=state.experiment_path,
             on_experiment=remember,
+            on_trials=self.heartbeat.trials,
         )
         print_round(result, cfg.tune.metric)
         if result.restored:
@@ -421,8 +430,7 @@ class Flywheel:
         failpoint("flywheel.record")
         run.finish("FINISHED")
         save_state(self.project, None)
-        journal.write_heartbeat(
-            self.project,
+        self.heartbeat.beat(
             state.round,
             "running",
             accuracy=record.champion_accuracy,
@@ -442,7 +450,7 @@ class Flywheel:
             or (isinstance(exc, ForgeError) and exc.exit_code == 1)
             or tracking_unreachable(exc)
         )
-        journal.write_heartbeat(self.project, state.round, "error", stage=state.stage, error=describe(exc))
+        self.heartbeat.beat(state.round, "error", stage=state.stage, error=describe(exc))
         run_id = state.round_run_id
         if not kept:
             state.round_run_id, state.config = None, None

@@ -1,9 +1,8 @@
 """What the flywheel keeps in the project directory for people and for the next plan.
 
-`output/flywheel_heartbeat.json` (is it alive, where is it), `output/experiments.jsonl` (one
-line per round), AGENT_CONTEXT.md (history the planner reads, newest part kept), PLAN.md (the
-current strategy), a plot of accuracy per round, and a git commit per round. Every file is
-rewritten atomically.
+`output/experiments.jsonl` (one line per round), AGENT_CONTEXT.md (history the planner reads,
+newest part kept), PLAN.md (the current strategy), a plot of accuracy per round, and a git
+commit per round. Every file is rewritten atomically. The heartbeat is heartbeat.py's.
 """
 
 from __future__ import annotations
@@ -11,20 +10,16 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
-import time
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from forge_ml.errors import describe
-from forge_ml.fileio import atomic_write_json, atomic_write_text
+from forge_ml.fileio import atomic_write_text
 from forge_ml.planner.plan import ExperimentPlan
 from forge_ml.project import Project
-from forge_ml.secrets import redact_text
 
 log = logging.getLogger(__name__)
-HEARTBEAT = "flywheel_heartbeat.json"
 EXPERIMENTS = "experiments.jsonl"
 CONTEXT = "AGENT_CONTEXT.md"
 PLAN = "PLAN.md"
@@ -61,20 +56,6 @@ class RoundRecord:
             row = {**row, "round": row["iteration"]}
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in row.items() if k in known} | {"plan": ExperimentPlan(**row["plan"])})
-
-
-def write_heartbeat(project: Project, round_number: int, status: str, **extra: Any) -> None:
-    now = time.time()
-    data = {
-        "round": round_number,
-        "status": status,
-        "time": datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds"),  # ISO 8601, UTC
-        "timestamp": now,  # the same moment in epoch seconds
-        **extra,
-    }
-    if "error" in data:
-        data["error"] = redact_text(str(data["error"]))
-    atomic_write_json(project.output / HEARTBEAT, data)
 
 
 def read_records(project: Project) -> list[RoundRecord]:

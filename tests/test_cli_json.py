@@ -21,6 +21,7 @@ KEYS = {
         "max_rounds",
         "last_round",
         "heartbeat",
+        "liveness",
     ],
     "clean": ["removed", "kept", "path"],
     "ui": [],

@@ -1,16 +1,22 @@
 """Loop control through the CLI: `init` makes a git repository, `flywheel --iters N` runs N more
-rounds, each round is a commit, the flywheel keeps a log file, the heartbeat tells the time in ISO 8601."""
+rounds, each round is a commit, the flywheel keeps a log file, the heartbeat tells the time in ISO 8601
+and `status` follows a running flywheel by it."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 from conftest import FAST, run_cli, shrink_jsonl
+
+from forge_ml.faults import ENV as FAILPOINTS
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t",
@@ -150,3 +156,44 @@ def test_a_round_commits_only_what_the_enclosing_repository_does_not_ignore(tmp_
     committed = git(outer, "show", "--name-only", "--format=", "HEAD").split()
     assert "seen/forge.yaml" in committed and not any(c.startswith("hidden/") for c in committed)
     assert "seen/BACKGROUND.md" not in committed  # ignored by the outer repository, left out
+
+
+@pytest.mark.slow
+def test_status_follows_a_running_flywheel_by_its_heartbeat(small_project):
+    """While a round augments (held there 12 s by a failpoint), `status` names the round and its step,
+    calls the flywheel alive and sees the heartbeat rewritten; once it ends, "completed"."""
+    root = small_project.root
+    args = ["-p", str(root), "flywheel", "--skip-train", "--rounds", "1", "planner=offline"]
+    args += ["planner.augment_n=5", "flywheel.heartbeat_s=0.5", *FAST]
+    env = {**os.environ, "NO_COLOR": "1", FAILPOINTS: "flywheel.augment=sleep:12"}
+    flywheel = subprocess.Popen(
+        [str(Path(sys.executable).with_name("forge-ml")), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        beat_path = root / "output" / "flywheel_heartbeat.json"
+        deadline = time.monotonic() + 120
+        while not (beat_path.is_file() and json.loads(beat_path.read_text()).get("step") == "augment"):
+            assert flywheel.poll() is None and time.monotonic() < deadline, flywheel.communicate()[0][-3000:]
+            time.sleep(0.1)
+        status = run_cli("-p", str(root), "--json", "status")
+        looked = envelope(status)
+        first = json.loads(beat_path.read_text())
+        time.sleep(1.2)
+        second = json.loads(beat_path.read_text())
+        assert flywheel.poll() is None  # still held at the failpoint: it was running all along
+    finally:
+        output = flywheel.communicate(timeout=300)[0]
+    assert flywheel.returncode == 0, output[-3000:]
+    beat = looked["heartbeat"]
+    assert looked["liveness"] == "alive" and beat["pid"] == flywheel.pid
+    assert beat["status"] == "running" and beat["round"] == 1 and beat["step"] == "augment"
+    assert "running: round 1, augment; last beat" in status.stderr  # the human table, on stderr with --json
+    assert second["timestamp"] - first["timestamp"] >= 0.5 and second["step"] == "augment"  # it beats
+
+    done = run_cli("-p", str(root), "--json", "status")
+    assert envelope(done)["heartbeat"]["status"] == "completed" and envelope(done)["liveness"] is None
+    assert "completed at" in done.stderr and "1 of 1 rounds done" in done.stderr

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAST, edit_config
+from conftest import FAST, edit_config, run_cli
 from flywheel_checks import RewriteWatch, assert_consistent, client_for, runs_of
 from mlflow import MlflowClient
 from mlflow_server import free_port, server_up, start_mlflow_server, stop, wait_for
@@ -113,6 +113,10 @@ def test_sigkill_at_every_stage_then_resume_completes_without_duplicates(project
     assert augmented["experiment_path"] and augmented["augment"]["added"] == 30
     after_augment = len(canonical_lines(root))
     assert after_augment == seed + 30  # the resumed round did not add its examples twice
+    looked = run_cli("-p", str(root), "--json", "status")  # the heartbeat still says "running"
+    summary = json.loads(looked.stdout)
+    assert summary["liveness"] == "gone" and summary["heartbeat"]["step"] == "tune", looked.stderr[-3000:]
+    assert f"stopped: pid {summary['heartbeat']['pid']} is gone" in looked.stderr
     proof(
         "Crash and resume",
         "SIGKILL while augmenting (canonical.jsonl grown, stage not saved)",

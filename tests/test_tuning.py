@@ -13,6 +13,7 @@ from mlflow import MlflowClient
 
 from forge_ml.compose import compose_config
 from forge_ml.faults import ENV as FAILPOINTS
+from forge_ml.heartbeat import TrialCounts
 from forge_ml.search import with_space
 from forge_ml.tuning.engine import run_round
 from trainables.sft import FAULT_ENV, OOM_FAULT_ENV
@@ -34,9 +35,12 @@ def runs_of_kind(project, kind: str) -> list:
 def test_round_leaves_a_round_run_with_one_nested_run_per_trial(small_project):
     cfg = compose_config(small_project, [*ROUND, "tune.num_samples=4", "tune.scheduler=fifo"])
     space = {"lora.r": "choice(4,8)", "training.learning_rate": "tag(log, interval(1e-3, 1e-2))"}
-    result = run_round(with_space(cfg, space))
+    counts = []  # where the trials stand each time one ends (the flywheel's heartbeat is told)
+    result = run_round(with_space(cfg, space), on_trials=counts.append)
 
     client, _ = client_for(small_project)
+    assert len(counts) == 4 and [c.finished for c in counts] == [1, 2, 3, 4]  # FIFO: each runs to its end
+    assert counts[-1] == TrialCounts(running=0, finished=4, stopped=0, failed=0, total=4)
     (round_run,) = runs_of_kind(small_project, "round")
     trials = runs_of_kind(small_project, "trial")
     assert round_run.info.run_name == "round-001" and round_run.info.status == "FINISHED"

@@ -106,6 +106,7 @@ COMMANDS = [
             "max_rounds",
             "last_round",
             "heartbeat",
+            "liveness",
         ),
     ),
     Command("ui", "start the MLflow UI on the project's tracking store", _ui_args, run_ui),

@@ -22,6 +22,9 @@ class FlywheelConfig:
     context_max_chars: int = field(
         default=20_000, metadata={"help": "AGENT_CONTEXT.md keeps its newest part"}
     )
+    heartbeat_s: float = field(
+        default=30.0, metadata={"help": "seconds between beats of output/flywheel_heartbeat.json"}
+    )
 
     def check(self, p: Problems) -> None:
         p.range("max_rounds", self.max_rounds, 1, 10_000)
@@ -30,3 +33,4 @@ class FlywheelConfig:
         if self.planner_budget_usd is not None:
             p.range("planner_budget_usd", self.planner_budget_usd, 0.0, 1e6)
         p.range("context_max_chars", self.context_max_chars, 1000, 10_000_000)
+        p.range("heartbeat_s", self.heartbeat_s, 0.0, 3600.0, low_open=True)

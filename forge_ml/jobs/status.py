@@ -14,6 +14,7 @@ from rich.table import Table
 from forge_ml.config import ForgeConfig
 from forge_ml.console import titled_table
 from forge_ml.data.examples import read_examples
+from forge_ml.heartbeat import Liveness, liveness, read_heartbeat
 from forge_ml.journal import read_records
 from forge_ml.project import Project
 from forge_ml.tracking import client_for, experiment_name, runs_table
@@ -141,10 +142,43 @@ def flywheel_table(summary: dict) -> Table | None:
         )
     beat = summary["heartbeat"]
     if beat:
-        when = datetime.fromtimestamp(beat.get("timestamp", 0)).strftime("%Y-%m-%d %H:%M:%S")
-        error = f" — {beat['error']}" if beat.get("error") else ""
-        table.add_row("heartbeat", f"{beat.get('status')} at {when}{error}")
+        table.add_row("heartbeat", heartbeat_line(beat, summary["liveness"]))
     return table
+
+
+def heartbeat_line(beat: dict, alive: Liveness | None) -> str:
+    """The heartbeat in words: where a running flywheel is, or that the process which wrote it is gone."""
+    when = _local(beat.get("timestamp"))
+    status = beat.get("status")
+    if status == "completed":
+        reason = f": {beat['stop_reason']}" if beat.get("stop_reason") else ""
+        return f"completed at {when}{reason}"
+    if status == "error":
+        return f"error at {when} (round {beat.get('round')}) — {beat.get('error', '')}"
+    where = f"round {beat.get('round')}"
+    if beat.get("step"):
+        where += f", {beat['step']}"
+        if isinstance(trials := beat.get("trials"), dict):
+            where += (
+                f" ({trials['running']} running, {trials['finished']} finished, {trials['stopped']} stopped early, "
+                f"{trials['failed']} failed of {trials['total']})"
+            )
+    if alive == "gone":
+        return (
+            f"stopped: pid {beat['pid']} is gone (last beat {when}, {where}); "
+            "`forge-ml flywheel` resumes the round"
+        )
+    if alive == "silent":
+        return (
+            f"silent since {when} ({where}; host {beat.get('host')} beats every {beat.get('interval_s'):g} s): "
+            "stopped, or this machine no longer sees its files"
+        )
+    return f"running: {where}; last beat {when}"
+
+
+def _local(timestamp: object) -> str:
+    seconds = timestamp if isinstance(timestamp, int | float) else 0
+    return datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def status_tables(cfg: ForgeConfig, project: Project, summary: dict) -> list[Table]:
@@ -170,9 +204,9 @@ def status_summary(cfg: ForgeConfig, project: Project) -> dict:
     canonical = read_examples(project.resolve(cfg.task.canonical_path), required=False)
     by_source = dict(sorted(Counter(str(e.meta.get("source", "unknown")) for e in canonical).items()))
     records = read_records(project)
-    heartbeat_path = project.output / "flywheel_heartbeat.json"
+    heartbeat = read_heartbeat(project)
     champion = None
-    if records or heartbeat_path.is_file():
+    if records or heartbeat is not None:
         from forge_ml.registry import Registry
 
         registry = Registry.for_project(cfg, project)
@@ -194,5 +228,6 @@ def status_summary(cfg: ForgeConfig, project: Project) -> dict:
         "rounds_done": len(records),
         "max_rounds": cfg.flywheel.max_rounds,
         "last_round": asdict(records[-1]) if records else None,
-        "heartbeat": json.loads(heartbeat_path.read_text()) if heartbeat_path.is_file() else None,
+        "heartbeat": heartbeat,
+        "liveness": liveness(heartbeat) if heartbeat and heartbeat.get("status") == "running" else None,
     }

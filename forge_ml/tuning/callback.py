@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from forge_ml.config import ForgeConfig
 from forge_ml.config.overrides import with_overrides
 from forge_ml.console import console
 from forge_ml.faults import armed, failpoint
+from forge_ml.heartbeat import TrialCounts
 from forge_ml.tracking import TrackedRun, Tracker, config_params
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,7 @@ class RoundTracker(Callback):
         mode: str,
         *,
         enabled: bool = True,
+        on_trials: Callable[[TrialCounts], None] | None = None,
     ) -> None:
         self.tracker = tracker
         self.round_run = round_run
@@ -80,6 +83,7 @@ class RoundTracker(Callback):
         self.metric = metric
         self.mode = mode
         self.enabled = enabled
+        self.on_trials = on_trials
         self.runs: dict[str, TrackedRun] = {}
         self.logged_epochs: dict[str, set[int]] = {}
         self.best: tuple[float, str] | None = None
@@ -87,6 +91,11 @@ class RoundTracker(Callback):
         self.seconds = 0.0  # driver time spent in these hooks
         self.epochs_trained = 0
         self._epochs_seen: dict[str, set[int]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Ray Tune saves its callbacks with the experiment; a restored round is given a new tracker,
+        so the progress hook (it holds the flywheel's heartbeat and its lock) is left out."""
+        return {**self.__dict__, "on_trials": None}
 
     # -- Ray Tune hooks --------------------------------------------------------------------
     @_timed
@@ -205,3 +214,5 @@ class RoundTracker(Callback):
             f"{self.counts['failed']} failed of {len(trials)} — {best}",
             highlight=False,
         )
+        if self.on_trials is not None:
+            self.on_trials(TrialCounts(running, **self.counts, total=len(trials)))

@@ -24,6 +24,7 @@ from forge_ml.data.project_data import load_project_data, merge_seed
 from forge_ml.data.tokens import in_memory, sft_datasets, token_cache
 from forge_ml.errors import ConfigError, RuntimeFault, describe
 from forge_ml.evaluation.scorers import make_scorer
+from forge_ml.heartbeat import TrialCounts
 from forge_ml.hub import hub_snapshot
 from forge_ml.models.loader import BaseModelRef, load_tokenizer, resolve_base
 from forge_ml.models.source import is_local
@@ -150,6 +151,7 @@ def run_round(
     name: str | None = None,
     restore_from: str | None = None,
     on_experiment: Callable[[str], None] | None = None,
+    on_trials: Callable[[TrialCounts], None] | None = None,
 ) -> RoundResult:
     """Run one round of `cfg` (its search space is `cfg.tune.space`); return its trials and best trial.
 
@@ -157,7 +159,8 @@ def run_round(
     trials' base config and the searcher all come from it. The round is recorded in `round_run`
     when given (the caller opened it and logged `cfg`'s params; it finishes it), else in a new
     round run. `restore_from` continues an interrupted round from Ray Tune's experiment
-    directory when it can; `on_experiment(path)` learns that directory before trials start.
+    directory when it can; `on_experiment(path)` learns that directory before trials start, and
+    `on_trials(counts)` where the trials stand each time one ends.
     """
     started = time.perf_counter()
     project = Project(Path(cfg.project_dir))
@@ -200,7 +203,19 @@ def run_round(
             context.dev_dataset = in_memory(context.dev_dataset)
         name = name or next_round_name(tracker)
         searcher = make_searcher(cfg, params, warm_start or [], first_points or [])
-        fit = _Fit(cfg, params, context, tracker, storage, name, searcher, track, restore_from, on_experiment)
+        fit = _Fit(
+            cfg,
+            params,
+            context,
+            tracker,
+            storage,
+            name,
+            searcher,
+            track,
+            restore_from,
+            on_experiment,
+            on_trials,
+        )
         base_tags = base.provenance.tags() if base.provenance else {}
         if round_run is not None:
             round_run.set_tags(base_tags)
@@ -228,6 +243,7 @@ class _Fit:
     track: bool
     restore_from: str | None
     on_experiment: Callable[[str], None] | None
+    on_trials: Callable[[TrialCounts], None] | None = None
     restore_problem: str | None = None
 
     def run(self, round_run: TrackedRun, started: float) -> RoundResult:
@@ -325,6 +341,7 @@ class _Fit:
             cfg.tune.metric,
             cfg.tune.mode,
             enabled=self.track,
+            on_trials=self.on_trials,
         )
         callback.round_run_name = name
         trainable = tune.with_resources(
