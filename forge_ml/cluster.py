@@ -30,6 +30,20 @@ DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
 ADDRESS_VARIABLES = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
 
 
+@dataclass(frozen=True)
+class DriverResources:
+    """What the job's driver (the forge-ml command itself) asks of the node it runs on. Ray places it
+    on a node that has them: `gpus` > 0 for a command that trains or evaluates in the driver (`train`,
+    `eval`, the flywheel's gold evaluation) on a cluster whose head has no GPU."""
+
+    cpus: float | None = None
+    gpus: float | None = None
+
+    def submit_kwargs(self) -> dict[str, float]:
+        kwargs = {"entrypoint_num_cpus": self.cpus, "entrypoint_num_gpus": self.gpus}
+        return {k: v for k, v in kwargs.items() if v is not None}
+
+
 @dataclass
 class JobOutcome:
     job_id: str
@@ -74,6 +88,7 @@ def submit(
     remote_project: str | None = None,
     forward: list[str] | None = None,
     settings: dict[str, str] | None = None,
+    driver: DriverResources = DriverResources(),
     on_log: Callable[[str], None] = print,
     poll_s: float = 1.0,
 ) -> JobOutcome:
@@ -81,7 +96,8 @@ def submit(
 
     The job runs in an uploaded copy of `project_root`, or, with `remote_project`, in that directory
     on the cluster (shared storage), which keeps what the command writes to the project. `forward`
-    names variables of this environment to pass on; `settings` are more variables, never secrets.
+    names variables of this environment to pass on; `settings` are more variables, never secrets;
+    `driver` what the command's own process needs (Ray waits for a node that has it).
     """
     from ray.exceptions import AuthenticationError
     from ray.job_submission import JobSubmissionClient
@@ -104,6 +120,7 @@ def submit(
                 entrypoint=entrypoint,
                 runtime_env=runtime_env,
                 metadata={"forge.project": project_root.name},
+                **driver.submit_kwargs(),
             )
             break
         except AuthenticationError as exc:
@@ -130,6 +147,14 @@ def submit(
         # state: show that, for as long as the job takes to stop (a second Ctrl-C leaves at once).
         on_log(f"stopping {job_id} on the cluster\n")
         client.stop_job(job_id)
+        if str(client.get_job_info(job_id).status) == "PENDING":
+            # Ray hands the stop to the job's supervisor, which waits for the same node as the driver.
+            on_log(
+                f"{job_id} had not started. Ray ends it when a node can take it (its command is stopped "
+                "at once) or at the head's job start timeout (RAY_JOB_START_TIMEOUT_SECONDS, 900 s by "
+                "default); `ray job list` shows it until then\n"
+            )
+            raise
         follower.until_done(poll_s, timeout_s=STOP_WAIT_S)
         raise
     code = info.driver_exit_code
@@ -158,6 +183,7 @@ class _LogFollower:
     job_id: str
     on_log: Callable[[str], None]
     shown: int = 0
+    pending: str | None = None  # the last reason Ray gave for a job that has not started
 
     def flush(self) -> None:
         logs = self.client.get_job_logs(self.job_id)
@@ -171,6 +197,9 @@ class _LogFollower:
         while True:
             self.flush()
             info = self.client.get_job_info(self.job_id)
+            if str(info.status) == "PENDING" and info.message and info.message != self.pending:
+                self.pending = info.message  # e.g. waiting for a node with the driver's GPUs: said once
+                self.on_log(f"{self.job_id} is pending: {info.message}\n")
             if str(info.status) in TERMINAL or (deadline is not None and time.monotonic() > deadline):
                 self.flush()
                 return info

@@ -93,34 +93,72 @@ def test_bad_override_exits_1_naming_the_key(small_project, override, fragment):
 
 
 @pytest.mark.parametrize(
-    ("options", "overrides", "refusal"),
+    ("options", "job", "refusal"),
     [
-        ([], [], "uploaded copy"),  # the project's sqlite store, in a copy Ray deletes
-        ([], ["tracking.uri=sqlite:////shared/mlflow.db"], "uploaded copy"),  # its artifacts: in the copy
-        ([], ["tracking=server"], None),
-        ([], ["tracking.uri=https://mlflow.example.org"], None),
-        (["--remote-project", "/shared/router"], [], None),  # the project itself, where the job writes
+        ([], ["train"], "uploaded copy"),  # the project's sqlite store, in a copy Ray deletes
+        (
+            [],
+            ["train", "tracking.uri=sqlite:////shared/mlflow.db"],
+            "uploaded copy",
+        ),  # its artifacts: in the copy
+        ([], ["train", "tracking=server"], None),
+        ([], ["train", "tracking.uri=https://mlflow.example.org"], None),
+        (["--remote-project", "/shared/router"], ["train"], None),  # the project itself, where the job writes
         (
             ["--remote-project", "shared/router"],
-            [],
+            ["train"],
             "give the project's absolute path",
         ),  # read from Ray's tmp
+        # commands whose work is the project's files: a server keeps none of it
+        ([], ["flywheel", "tracking=server"], "`forge-ml flywheel` changes the project itself"),
+        ([], ["generate", "--n", "5", "tracking=server"], "`forge-ml generate` changes the project itself"),
+        ([], ["audit", "--fix", "tracking=server"], "`forge-ml audit` changes the project itself"),
+        ([], ["audit", "tracking=server"], None),  # a review without --fix reads only
+        ([], ["generate", "--dry-run", "tracking=server"], None),
+        (["--remote-project", "/shared/router"], ["flywheel"], None),
     ],
 )
-def test_submit_refuses_a_job_whose_results_would_be_lost(small_project, options, overrides, refusal):
+def test_submit_refuses_a_job_whose_results_would_be_lost(small_project, options, job, refusal):
     from mlflow_server import free_port
 
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: a job that is let through fails to connect
-    result = run_cli("submit", "--address", dead, *options, "train", *overrides, cwd=small_project.root)
+    result = run_cli("submit", "--address", dead, *options, *job, cwd=small_project.root)
     said = result.stderr.replace("\n", " ")
     if refusal is None:
         assert result.returncode == 2 and f"Ray Jobs at {dead}: cannot submit" in said, said
     else:
         assert result.returncode == 1 and refusal in said, said
         assert "cannot submit" not in said  # refused before the cluster is asked
+        assert "--remote-project PATH" in said or "absolute path" in said
     if refusal == "uploaded copy":
-        assert "tracking=server" in said and "--remote-project PATH" in said
+        assert "tracking=server" in said
     assert not (small_project.root / "mlflow.db").exists()
+
+
+def test_a_qlora_flywheel_where_the_gold_eval_has_no_gpu_stops_before_the_first_round(small_project):
+    """Ray may run a round's trials on GPU workers, but the gate's gold evaluation loads the 4-bit base
+    in the flywheel's own process: without CUDA there it would fail after the trials, so it refuses first."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the flywheel would start")
+    root = small_project.root
+    canonical = (root / "dataset" / "canonical.jsonl").read_bytes()
+    started = time.monotonic()
+    result = run_cli("flywheel", "model=smollm2-135m-instruct", "lora=qlora", cwd=root)
+    said = result.stderr.replace("\n", " ")
+    assert result.returncode == 1, said
+    assert "lora.method=qlora needs a CUDA GPU" in said and "--entrypoint-num-gpus 1" in said
+    assert time.monotonic() - started < 60  # before any data, model or trial
+    assert (root / "dataset" / "canonical.jsonl").read_bytes() == canonical
+    assert not (root / "output" / "experiments.jsonl").exists()
+    assert not (root / "output" / "flywheel_heartbeat.json").exists()
+    assert not (root / "output" / "flywheel_state.json").exists()
+    assert result.stdout == "" and "ray" not in [p.name for p in (root / "output").iterdir()]
+    skip = run_cli(  # a --skip-train flywheel loads no model: it runs
+        "flywheel", "--skip-train", "--rounds", "1", "planner=offline", "planner.augment_n=2",
+        "model=smollm2-135m-instruct", "lora=qlora", cwd=root,
+    )  # fmt: skip
+    assert skip.returncode == 0, skip.stderr[-3000:]
 
 
 @pytest.mark.parametrize(

@@ -5,10 +5,12 @@ that: other tests (pytest-xdist workers) run their own Ray runtimes on the same 
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -229,3 +231,61 @@ def test_ctrl_c_on_submit_stops_the_job_whose_run_ends_killed(cluster, small_pro
     said = (tmp_path / "submit.err").read_text()
     assert "on the cluster" in said and "stopped by SIGTERM" in said, said[-3000:]  # the job's own last line
     assert client.get_run(run_id).info.status == "KILLED"
+
+
+@pytest.mark.slow
+def test_the_drivers_own_resources_reach_ray_and_a_job_waiting_for_them_says_so(
+    cluster, small_project, tmp_path
+):
+    """--entrypoint-num-gpus/-cpus place the command's own process: on this CPU-only cluster a driver
+    that wants a GPU stays pending (the same `status` job without it runs in seconds), submit says so
+    once and Ctrl-C stops it before it starts; a driver that wants one CPU finds it and runs."""
+    root = str(small_project.root)
+    err = tmp_path / "submit.err"
+    log = err.open("w")
+    submitting = subprocess.Popen(
+        [str(BIN / "forge-ml"), "-p", root, "submit", "--address", cluster["dashboard"],
+         "--entrypoint-num-gpus", "1", "--remote-project", root, "status"],
+        env={**cluster["env"], "NO_COLOR": "1", "COLUMNS": "200"}, stdout=subprocess.DEVNULL, stderr=log,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: "is pending" in err.read_text(), "submit saying the job is pending", timeout=120)
+        time.sleep(3)  # a few more polls: the reason is said once, not at every poll
+        submitting.send_signal(signal.SIGINT)
+        stopped_at = time.monotonic()
+        assert submitting.wait(timeout=120) == 130
+        assert time.monotonic() - stopped_at < 20  # no wait for the last lines of a job that never ran
+    finally:
+        submitting.kill()
+        log.close()
+    said = err.read_text()
+    assert said.count("is pending") == 1 and "waiting for resources" in said, said[-3000:]
+    assert "had not started. Ray ends it when a node can take it" in said, said[-3000:]
+    job_id = said.split("submitted ", 1)[1].split(" ", 1)[0]
+
+    waited = job_info(cluster, job_id)  # Ray queues the stop for a supervisor that is itself still pending
+    assert waited["status"] in ("PENDING", "STOPPED") and waited["driver_exit_code"] is None, waited
+
+    ran = run_cli(
+        "-p", root, "--json", "submit", "--address", cluster["dashboard"], "--entrypoint-num-cpus", "1",
+        "--remote-project", root, "status", env=cluster["env"], timeout=300,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    envelope = json.loads(ran.stdout)
+    assert envelope["status"] == "SUCCEEDED" and "datasets" in ran.stderr  # status ran: its tables came back
+
+
+def job_info(cluster: dict, job_id: str) -> dict:
+    """A job as Ray's Jobs API tells it, asked by a client of the cluster's own (token) environment:
+    Ray reads RAY_AUTH_MODE once per process, so not from this one."""
+    code = (
+        "import json, sys; from ray.job_submission import JobSubmissionClient as C; "
+        "i = C(sys.argv[1]).get_job_info(sys.argv[2]); "
+        "print(json.dumps({'status': str(i.status), 'driver_exit_code': i.driver_exit_code}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, cluster["dashboard"], job_id],
+        env=cluster["env"], capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])

@@ -81,4 +81,24 @@ def test_the_dockerfile_installs_the_package_this_repository_builds_with_pinned_
         name = canonical(re.split(r"[\[<>=; ]", requirement)[0])
         assert name in pins, f"{name} is not pinned in docker/constraints.txt"
     dockerignore = (ROOT / ".dockerignore").read_text().splitlines()
-    assert {".venv", ".git", "docker/.env"} <= set(dockerignore)
+    assert {".venv", ".git", "docker/.env", "docker/projects"} <= set(dockerignore)
+
+
+def test_the_head_runs_the_drivers_where_they_see_a_gpu_but_ray_places_no_trial_there():
+    """A job's forge-ml command runs on the head: a flywheel's gold evaluation and `train` compute there
+    (with lora=qlora they need CUDA). The head sees a GPU; Ray is told it has none, so trials go to the
+    workers. Jobs run in the project itself, mounted on every node at the path the README submits."""
+    services = compose()["services"]
+    head, worker = services["ray-head"], services["ray-worker"]
+    devices = head["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["driver"] == "nvidia" and devices[0]["capabilities"] == ["gpu"]
+    assert "--num-gpus 0" in head["command"] and "--num-gpus" not in worker["command"]
+    mount = "${FORGE_PROJECTS_DIR:-./projects}:/data/projects"
+    assert mount in head["volumes"] and mount in worker["volumes"]
+    readme = (DOCKER / "README.md").read_text()
+    assert "--remote-project /data/projects/my-router" in readme and "--dir docker/projects" in readme
+    assert "working-dir" not in readme  # a flywheel in an uploaded copy loses what it writes
+    env = dict(
+        line.split("=", 1) for line in (DOCKER / "env.example").read_text().splitlines() if "=" in line
+    )
+    assert {"HEAD_GPUS", "FORGE_PROJECTS_DIR"} <= set(env)

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from forge_ml.commands import Command, Context
 from forge_ml.console import console
 from forge_ml.errors import ConfigError
+
+if TYPE_CHECKING:
+    from forge_ml.cluster import DriverResources
 
 
 def _args(p: argparse.ArgumentParser) -> None:
@@ -30,6 +34,19 @@ def _args(p: argparse.ArgumentParser) -> None:
         "which anyone who can list the cluster's jobs (dashboard, jobs API) can read: for secrets, set them "
         "in the nodes' own environment instead",
     )
+    for kind, example in (("cpus", "4"), ("gpus", "1")):
+        p.add_argument(
+            f"--entrypoint-num-{kind}",
+            type=float,
+            metavar="N",
+            help=f"{kind.upper()[:-1]}s the command's own process needs, as `ray job submit` takes them (e.g. "
+            f"{example}); Ray starts it on a node that has them"
+            + (
+                ": for train, eval or a flywheel (its gold evaluation) when the head has no GPU"
+                if kind == "gpus"
+                else ""
+            ),
+        )
     p.add_argument(
         "job", nargs=argparse.REMAINDER, help="the forge-ml command to run, e.g. flywheel tune=cluster"
     )
@@ -53,6 +70,40 @@ def _refuse_a_copy_that_keeps_nothing(uri: str, root: Path) -> None:
     )
 
 
+# What a command changes in the project itself (not only in MLflow), by name.
+PROJECT_WRITERS = {
+    "flywheel": "dataset/canonical.jsonl, forge.yaml, its notes and its resumable state in output/",
+    "generate": "dataset/canonical.jsonl",
+    "patch": "dataset/canonical.jsonl",
+    "augment": "dataset/canonical.jsonl",
+    "clean": "dataset/canonical.jsonl",
+    "audit": "dataset/canonical.jsonl (--fix)",
+}
+
+
+def _refuse_a_copy_of_a_project_writer(job: list[str], root: Path) -> None:
+    """A command whose work is the project's own files would leave it in the copy Ray deletes."""
+    command, args = job[0], job[1:]
+    changes = PROJECT_WRITERS.get(command)
+    if changes is None or "--dry-run" in args or (command == "audit" and "--fix" not in args):
+        return
+    raise ConfigError(
+        f"submit: `forge-ml {command}` changes the project itself ({changes}); in an uploaded copy of "
+        f"{root}, which Ray deletes when the job ends, those changes would be lost, and a flywheel could "
+        "not resume. Run it in the project on storage the cluster shares (--remote-project PATH)"
+    )
+
+
+def _driver_resources(args: argparse.Namespace) -> DriverResources:
+    from forge_ml.cluster import DriverResources
+
+    for kind in ("cpus", "gpus"):
+        value = getattr(args, f"entrypoint_num_{kind}")
+        if value is not None and not 0 <= value <= 1024:
+            raise ConfigError(f"--entrypoint-num-{kind} {value:g}: must be between 0 and 1024")
+    return DriverResources(cpus=args.entrypoint_num_cpus, gpus=args.entrypoint_num_gpus)
+
+
 def run_submit(ctx: Context) -> int:
     import sys
 
@@ -66,6 +117,7 @@ def run_submit(ctx: Context) -> int:
     _, fixed = split_sweep_overrides([a for a in job[1:] if "=" in a and not a.startswith("-")])
     cfg = ctx.compose(fixed)  # validated here, before anything is sent (sweeps are checked by the job)
     if ctx.args.remote_project is None:
+        _refuse_a_copy_of_a_project_writer(job, ctx.project().root)
         _refuse_a_copy_that_keeps_nothing(tracking_uri(cfg, ctx.project()), ctx.project().root)
     elif not PurePosixPath(ctx.args.remote_project).is_absolute():
         raise ConfigError(
@@ -81,10 +133,13 @@ def run_submit(ctx: Context) -> int:
         forward=ctx.args.env,
         # The job's tables and progress stream back to this terminal: drawn at its width, not at 80.
         settings={"COLUMNS": str(console.width)} if console.is_terminal else None,
+        driver=_driver_resources(ctx.args),
         on_log=lambda text: sys.stderr.write(text),
     )
     ctx.report(job_id=outcome.job_id, status=outcome.status, job_exit_code=outcome.exit_code, address=address)
     console.print(f"job {outcome.job_id}: {outcome.status} (exit {outcome.exit_code})", highlight=False)
+    if outcome.status == "FAILED" and outcome.message:  # e.g. it never started: Ray says why
+        console.print(f"  Ray: {outcome.message}", highlight=False)
     return outcome.exit_code
 
 
