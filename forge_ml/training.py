@@ -160,6 +160,21 @@ class _EpochMetrics:
                 self.hook({k: v for k, v in metrics.items() if k != "epoch"}, epoch)
 
 
+def quiet_trainer_logs(trainer: Any) -> None:
+    """Stop the trainer printing each log as a dict (`{'loss': '1.759', 'grad_norm': ...}`): forge-ml
+    records every epoch (MLflow, Ray Tune) and the commands print their own lines. In a terminal the
+    progress bar stays."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    class BarOnly(ProgressCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            pass
+
+    trainer.remove_callback(PrinterCallback)
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(BarOnly())
+
+
 def train_sft(
     cfg: ForgeConfig,
     model: Any,
@@ -211,6 +226,7 @@ def train_sft(
         peft_config=peft_config,
         callbacks=[metrics.callback],
     )
+    quiet_trainer_logs(trainer)
     start_step = 0
     if resume_from is not None:
         start_step = json.loads((resume_from / "trainer_state.json").read_text())["global_step"]

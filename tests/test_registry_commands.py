@@ -118,6 +118,13 @@ def trained(tmp_path_factory) -> Trained:
     trained_run = json.loads(line)
     client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
     run = client.get_run(trained_run["run_id"])
+    losses = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "dev/loss")}
+    for epoch in (1, 2):  # one line per epoch, with the figures the run recorded; no trainer log dicts
+        assert (
+            f"epoch {epoch}/2: train/loss " in result.stderr
+            and f"dev/loss {losses[epoch]:.4f}" in result.stderr
+        )
+    assert "{'loss'" not in result.stderr + result.stdout and "grad_norm" not in result.stderr
     other = client.create_run(run.info.experiment_id)
     client.set_terminated(other.info.run_id)
 

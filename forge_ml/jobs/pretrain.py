@@ -192,7 +192,9 @@ def _train(cfg: ForgeConfig, model: Any, tokenizer: Any, blocks: list[list[int]]
     """Train on the blocks; return the trained model (PEFT-wrapped for LoRA) and the loss per epoch."""
     import torch
     from datasets import Dataset
-    from transformers import DataCollatorForLanguageModeling, PrinterCallback, Trainer
+    from transformers import DataCollatorForLanguageModeling, Trainer
+
+    from forge_ml.training import quiet_trainer_logs
 
     if cfg.training.threads:
         torch.set_num_threads(cfg.training.threads)
@@ -209,8 +211,7 @@ def _train(cfg: ForgeConfig, model: Any, tokenizer: Any, blocks: list[list[int]]
         data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
         callbacks=[_epoch_losses(losses, hook)],
     )
-    # PrinterCallback prints each log line on stdout, where --json puts the envelope
-    trainer.remove_callback(PrinterCallback)
+    quiet_trainer_logs(trainer)  # its printed dicts would go to stdout, where --json puts the envelope
     trainer.train()
     return trainer.model, losses
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,21 @@ class TrainSummary:
     history: list[dict[str, float]] = field(default_factory=list)
     tokens_per_s: float = 0.0
     version: str | None = None  # the registry version, with `register`
+
+
+def _epoch_line(run: TrackedRun, cfg: ForgeConfig) -> Any:
+    """The epoch hook of `train`: log the epoch's metrics on the run and print one line for it."""
+    started = [time.perf_counter()]
+    of = f"/{cfg.training.epochs}" if cfg.training.max_steps <= 0 else ""
+
+    def hook(metrics: dict[str, float], epoch: int) -> None:
+        run.log_metrics(metrics, step=epoch)
+        now = time.perf_counter()
+        figures = ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
+        console.print(f"  epoch {epoch}{of}: {figures} ({now - started[0]:.1f} s)", highlight=False)
+        started[0] = now
+
+    return hook
 
 
 def _log_data(run: TrackedRun, cfg: ForgeConfig, project: Project, data: ProjectData) -> None:
@@ -104,7 +120,7 @@ def run_train(
             tokens.train,
             tokens.dev,
             adapter_dir,
-            on_epoch=run.log_metrics,
+            on_epoch=_epoch_line(run, cfg),
             peft_config=peft_config_for(cfg),
             scratch_dir=scratch,
             tqdm=console.is_terminal,
