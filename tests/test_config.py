@@ -92,7 +92,7 @@ def test_all_range_problems_are_reported_together():
 
 def test_qlora_on_the_tiny_model_is_refused(blank):
     with pytest.raises(ConfigError, match="qlora"):
-        compose_config(blank, ["lora=qlora"])
+        compose_config(blank, ["model=tiny", "lora=qlora"])
 
 
 def test_project_file_typo_is_caught(blank):
@@ -110,3 +110,12 @@ def test_expand_sweeps_lists_each_job():
         ["lora.r=8", "training.epochs=1", "training.seed=1"],
         ["lora.r=8", "training.epochs=1", "training.seed=2"],
     ]
+
+
+def test_a_new_project_starts_on_a_pretrained_base(blank):
+    """A blank project is someone's own task with a few examples: the tiny model (random weights)
+    learns nothing from so few, so the scaffold names a pretrained base."""
+    cfg = compose_config(blank, [])
+    assert not cfg.model.is_tiny and cfg.model.name_or_path == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert cfg.training.learning_rate == pytest.approx(2e-4)  # `training: default`, made for such a base
+    assert "`tiny` only proves the plumbing" in blank.config_file.read_text()
