@@ -386,7 +386,7 @@ class Flywheel:
         )
 
     def _adapter_dir(self, cfg: ForgeConfig, best: BestTrial) -> Path:
-        """Copy the best checkpoint's adapter (not its optimizer state) to output/adapters/<run id>."""
+        """Copy the best trial's adapter (its last checkpoint, without the optimizer state) to output/adapters/<run id>."""
         target = self.project.output / "adapters" / (best.run_id or best.trial_id)
         source = Path(best.checkpoint or "")
         if not (source / "adapter_config.json").is_file():

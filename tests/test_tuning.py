@@ -61,6 +61,11 @@ def test_round_leaves_a_round_run_with_one_nested_run_per_trial(small_project):
 
     best = min(result.trials, key=lambda t: t.metrics["dev/loss"])
     assert result.best.trial_id == best.trial_id
+    for record in result.trials:  # a trial's model is its last checkpoint, the one its last report describes
+        kept = Path(record.checkpoint)  # the final report's adapter: no trainer state, unlike an epoch's
+        assert (kept / "adapter_model.safetensors").is_file() and not (kept / "trainer_state.json").exists()
+        history = client.get_metric_history(record.run_id, "dev/loss")
+        assert record.metrics["dev/loss"] == pytest.approx(max(history, key=lambda m: m.step).value)
     assert round_run.data.tags["forge.best_trial_id"] == best.trial_id
     assert round_run.data.metrics["best/dev/loss"] == pytest.approx(best.metrics["dev/loss"])
     assert round_run.data.params["tune.space.lora.r"] == "choice(4,8)"

@@ -319,10 +319,12 @@ class _Fit:
                 callbacks=[callback],
                 verbose=0,
                 failure_config=tune.FailureConfig(max_failures=cfg.tune.max_failures),
+                # A trial's model is its last checkpoint: the one its last report (the searcher's and
+                # the scheduler's figure, and dev/accuracy's) describes. The newest are the ones kept.
                 checkpoint_config=tune.CheckpointConfig(
                     num_to_keep=cfg.tune.num_to_keep,
-                    checkpoint_score_attribute=cfg.tune.metric,
-                    checkpoint_score_order=cfg.tune.mode,
+                    checkpoint_score_attribute="epoch",
+                    checkpoint_score_order="max",
                 ),
             ),
         )
@@ -362,9 +364,9 @@ class _Fit:
                 status = "FAILED"
             else:
                 status = "FINISHED" if last.get("forge/completed") else "STOPPED"
-            best_ckpt = None
-            if status != "FAILED" and trial_result.best_checkpoints:
-                best_ckpt = local_checkpoint(trial_result.get_best_checkpoint(cfg.tune.metric, cfg.tune.mode))
+            last_ckpt = None
+            if status != "FAILED" and trial_result.checkpoint is not None:
+                last_ckpt = local_checkpoint(trial_result.checkpoint)
             run = callback.runs.get(trial_id)
             metrics = {
                 k: float(v)
@@ -378,7 +380,7 @@ class _Fit:
                     config=dict(trial_result.config or {}),
                     status=status,
                     metrics=metrics,
-                    checkpoint=best_ckpt.path if best_ckpt else None,
+                    checkpoint=last_ckpt.path if last_ckpt else None,
                 )
             )
         scored = rank_trials(result.trials, cfg.tune.metric, cfg.tune.mode)
@@ -444,7 +446,7 @@ def _record_round(
 
 
 def _log_adapter(tracker: Tracker, trial: TrialRecord) -> None:
-    """Log the adapter files of a trial's best checkpoint (not the optimizer state) to its run."""
+    """Log the adapter files of a trial's checkpoint (not the optimizer state) to its run."""
     source = Path(trial.checkpoint)
     if not source.is_dir():
         log.warning(
