@@ -32,7 +32,7 @@ def runs_of_kind(project, kind: str) -> list:
     return client.search_runs([exp], filter_string=f"tags.`forge.kind` = '{kind}'")
 
 
-def test_round_leaves_a_round_run_with_one_nested_run_per_trial(small_project):
+def test_round_leaves_a_round_run_with_one_nested_run_per_trial(small_project, capsys):
     cfg = compose_config(small_project, [*ROUND, "tune.num_samples=4", "tune.scheduler=fifo"])
     space = {"lora.r": "choice(4,8)", "training.learning_rate": "tag(log, interval(1e-3, 1e-2))"}
     counts = []  # where the trials stand each time one ends (the flywheel's heartbeat is told)
@@ -61,6 +61,11 @@ def test_round_leaves_a_round_run_with_one_nested_run_per_trial(small_project):
 
     best = min(result.trials, key=lambda t: t.metrics["dev/loss"])
     assert result.best.trial_id == best.trial_id
+    said = " ".join(capsys.readouterr().err.split())  # the progress lines, unwrapped
+    progress = said.split("trials: ")[1:]
+    assert progress and f"best dev/loss {best.metrics['dev/loss']:.4f} ({best.trial_id})" in progress[-1], (
+        progress
+    )
     for record in result.trials:  # a trial's model is its last checkpoint, the one its last report describes
         kept = Path(record.checkpoint)  # the final report's adapter: no trainer state, unlike an epoch's
         assert (kept / "adapter_model.safetensors").is_file() and not (kept / "trainer_state.json").exists()

@@ -86,7 +86,8 @@ class RoundTracker(Callback):
         self.on_trials = on_trials
         self.runs: dict[str, TrackedRun] = {}
         self.logged_epochs: dict[str, set[int]] = {}
-        self.best: tuple[float, str] | None = None
+        self.best: tuple[float, str] | None = None  # (value, trial id) of the best latest figure
+        self.latest: dict[str, float] = {}
         self.counts = {"finished": 0, "stopped": 0, "failed": 0}
         self.seconds = 0.0  # driver time spent in these hooks
         self.epochs_trained = 0
@@ -126,8 +127,10 @@ class RoundTracker(Callback):
             seen.add(int(result["epoch"]))
             self.epochs_trained += 1
         value = result.get(self.metric)
-        if value is not None and (self.best is None or self._better(value, self.best[0])):
-            self.best = (float(value), trial.trial_id)
+        if value is not None:  # a trial counts with its latest figure, as the round ranks it
+            self.latest[trial.trial_id] = float(value)
+            ranked = sorted(self.latest.items(), key=lambda kv: kv[1], reverse=self.mode == "max")
+            self.best = (ranked[0][1], ranked[0][0])
         run = self.runs.get(trial.trial_id)
         if run is None:
             return
@@ -202,9 +205,6 @@ class RoundTracker(Callback):
             return None
         self.tracker.client.update_run(runs[0].info.run_id, status="RUNNING")
         return TrackedRun(self.tracker.client, runs[0].info.run_id)
-
-    def _better(self, a: float, b: float) -> bool:
-        return a < b if self.mode == "min" else a > b
 
     def _progress(self, trials: list, ended: Any) -> None:
         running = sum(1 for t in trials if t.status == "RUNNING" and t is not ended)
