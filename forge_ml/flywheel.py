@@ -24,7 +24,7 @@ from forge_ml.compose import compose_config
 from forge_ml.config import ForgeConfig, config_to_dict, validate_config
 from forge_ml.console import console, print_round
 from forge_ml.data.project_data import load_project_data
-from forge_ml.errors import ConfigError, ForgeError, RuntimeFault, describe, first_line
+from forge_ml.errors import ConfigError, ForgeError, RuntimeFault, describe
 from forge_ml.evaluation.report import score_outputs, write_report
 from forge_ml.evaluation.scorers import make_scorer
 from forge_ml.faults import failpoint
@@ -49,7 +49,7 @@ from forge_ml.planner.history import FAILURES_FILE, read_failures
 from forge_ml.project import Project, ProjectLock, patch_config
 from forge_ml.registry import GoldOutcome, Registry
 from forge_ml.search import parse_space
-from forge_ml.tracking import TrackedRun, Tracker, config_params, tracking_unreachable
+from forge_ml.tracking import TrackedRun, Tracker, config_params, tracking_unreachable, unreachable_reason
 from forge_ml.tuning.engine import run_round
 from forge_ml.tuning.runtime import ray_runtime
 from forge_ml.tuning.storage import copy_adapter
@@ -198,12 +198,15 @@ class Flywheel:
             beat.step("record")
             self._record(cfg, state, run)
         except BaseException as exc:
-            self._fail(state, exc)
+            shown = None  # what the user is told, when it is not `exc` itself
             if tracking_unreachable(exc):
-                raise RuntimeFault(
-                    f"round {number}: the tracking server stopped answering ({first_line(exc)}); "
+                shown = RuntimeFault(
+                    f"round {number}: the tracking server stopped answering ({unreachable_reason(exc)}); "
                     "the round is kept as it stands: run `forge-ml flywheel` again once it is back"
-                ) from exc
+                )
+            self._fail(state, exc, shown)
+            if shown is not None:
+                raise shown from exc
             raise
 
     def _plan(self, cfg: ForgeConfig, state: RoundState) -> None:
@@ -386,7 +389,8 @@ class Flywheel:
         )
 
     def _adapter_dir(self, cfg: ForgeConfig, best: BestTrial) -> Path:
-        """Copy the best trial's adapter (its last checkpoint, without the optimizer state) to output/adapters/<run id>."""
+        """Copy the best trial's adapter (its last checkpoint, without the optimizer state) to
+        output/adapters/<run id>."""
         target = self.project.output / "adapters" / (best.run_id or best.trial_id)
         source = Path(best.checkpoint or "")
         if not (source / "adapter_config.json").is_file():
@@ -454,7 +458,7 @@ class Flywheel:
         )
 
     # -- recovery -------------------------------------------------------------------------------
-    def _fail(self, state: RoundState, exc: BaseException) -> None:
+    def _fail(self, state: RoundState, exc: BaseException, shown: BaseException | None = None) -> None:
         """Record a round that raised, so the next run knows what to redo.
 
         Ctrl-C, bad input (exit 1: fix it, run again) and a tracking server that stopped
@@ -466,7 +470,8 @@ class Flywheel:
             or (isinstance(exc, ForgeError) and exc.exit_code == 1)
             or tracking_unreachable(exc)
         )
-        self.heartbeat.beat(state.round, "error", stage=state.stage, error=describe(exc))
+        # the heartbeat keeps the step the round failed in
+        self.heartbeat.update(status="error", stage=state.stage, error=describe(shown or exc))
         run_id = state.round_run_id
         if not kept:
             state.round_run_id, state.config = None, None

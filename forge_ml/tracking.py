@@ -18,7 +18,7 @@ from typing import Any
 from forge_ml import stopping
 from forge_ml.config import ForgeConfig, config_hash, config_to_dict
 from forge_ml.data.examples import Example
-from forge_ml.errors import RuntimeFault, describe
+from forge_ml.errors import RuntimeFault, describe, first_line
 from forge_ml.fileio import TEMP_SUFFIX, cache_root, pid_alive, remove_orphans, writer_tag
 from forge_ml.project import Project
 from forge_ml.secrets import flatten, redact_mapping, redact_text
@@ -431,6 +431,18 @@ def runs_table(client: Any, experiment_ids: Iterable[str], max_results: int = 10
 
 def tracking_unreachable(exc: BaseException) -> bool:
     """Whether `exc` (or what caused it) is an MLflow request that found no server."""
+    return _unanswered_request(exc) is not None
+
+
+def unreachable_reason(exc: BaseException) -> str:
+    """Why the MLflow request inside `exc` found no server, e.g. "[Errno 111] Connection refused"
+    (Ray Tune wraps a callback's error in a TuneError whose first line is "Traceback ...")."""
+    found = _unanswered_request(exc)
+    reason = _no_answer_reason(found) if found is not None else first_line(exc)
+    return reason.splitlines()[0].strip()  # the pattern can run on past the end of the line
+
+
+def _unanswered_request(exc: BaseException | None) -> BaseException | None:
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -438,6 +450,6 @@ def tracking_unreachable(exc: BaseException) -> bool:
         if "API request to" in text and any(
             s in text for s in ("Max retries exceeded", "Connection refused", "ConnectionError", "timed out")
         ):
-            return True
+            return exc
         exc = exc.__cause__ or exc.__context__
-    return False
+    return None

@@ -97,6 +97,11 @@ def test_liveness_by_pid_on_this_machine_and_by_age_from_another():
             ": 3 of 3 rounds done",
         ),
         ({"round": 1, "status": "error", "error": "ValueError: boom"}, None, "(round 1) — ValueError: boom"),
+        (
+            {"round": 2, "status": "error", "step": "gate", "error": "RuntimeFault: no GPU"},
+            None,
+            "(round 2, gate) — RuntimeFault: no GPU",
+        ),
     ],
 )
 def test_status_says_where_the_flywheel_is_or_that_it_stopped(beat, alive, expected):

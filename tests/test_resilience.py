@@ -293,6 +293,10 @@ def test_the_tracking_server_going_away_mid_round_loses_nothing(project, tmp_pat
         assert "the tracking server stopped answering" in flat and "the round is kept" in flat
         kept = state_of(root)
         assert kept["stage"] == "augmented" and kept["experiment_path"] and kept["round_run_id"]
+        beat = json.loads((root / "output" / "flywheel_heartbeat.json").read_text())
+        assert beat["status"] == "error" and beat["step"] == "tune"  # where the round was when it failed
+        assert "the tracking server stopped answering ([Errno 111] Connection refused)" in beat["error"], beat
+        assert "the tracking server stopped answering ([Errno 111] Connection refused)" in flat  # as told
 
         server = start_mlflow_server(tmp_path / "server", port)  # back, same store
         wait_for(lambda: server_up(uri), "mlflow server, again")

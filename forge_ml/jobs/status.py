@@ -154,7 +154,8 @@ def heartbeat_line(beat: dict, alive: Liveness | None) -> str:
         reason = f": {beat['stop_reason']}" if beat.get("stop_reason") else ""
         return f"completed at {when}{reason}"
     if status == "error":
-        return f"error at {when} (round {beat.get('round')}) — {beat.get('error', '')}"
+        step = f", {beat['step']}" if beat.get("step") else ""
+        return f"error at {when} (round {beat.get('round')}{step}) — {beat.get('error', '')}"
     where = f"round {beat.get('round')}"
     if beat.get("step"):
         where += f", {beat['step']}"
