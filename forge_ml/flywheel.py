@@ -25,8 +25,7 @@ from forge_ml.config import ForgeConfig, config_to_dict, validate_config
 from forge_ml.console import console, print_round
 from forge_ml.data.project_data import load_project_data
 from forge_ml.errors import ConfigError, ForgeError, RuntimeFault, describe
-from forge_ml.evaluation.report import score_outputs, write_report
-from forge_ml.evaluation.scorers import make_scorer
+from forge_ml.evaluation.report import write_report
 from forge_ml.faults import failpoint
 from forge_ml.flywheel_state import (
     AugmentSummary,
@@ -42,6 +41,7 @@ from forge_ml.flywheel_state import (
 )
 from forge_ml.heartbeat import Heartbeat
 from forge_ml.jobs.evaluate import evaluate_adapter
+from forge_ml.jobs.promote import rebaseline_champion
 from forge_ml.llm import make_client
 from forge_ml.models.loader import load_tokenizer, quantization_config
 from forge_ml.planner import RoundPlanner, read_history
@@ -104,7 +104,7 @@ class Flywheel:
             data = load_project_data(self.project, self.cfg.task)
             gold_hash = data.hashes["gold"]
             if rebaseline:
-                self._rebaseline(gold_hash)
+                rebaseline_champion(self.cfg, self.project, self.registry, gold_hash)
             self.registry.check_gold(gold_hash)
             state = load_state(self.project)
             if self.more_rounds is not None:
@@ -489,20 +489,3 @@ class Flywheel:
             self.tracker.end_children(run_id)
         except Exception as mlflow_exc:  # the round is already recorded locally; the next run tidies up
             log.warning("could not mark round run %s: %s", run_id, mlflow_exc)
-
-    def _rebaseline(self, gold_hash: str) -> None:
-        """Re-measure the champion on the current gold set, so later rounds compare like with like."""
-        champion = self.registry.champion()
-        if champion is None or champion.outcome.gold_hash == gold_hash:
-            console.print("re-baseline: nothing to do (no champion, or gold unchanged)")
-            return
-        version, old = champion.version, champion.outcome
-        data = load_project_data(self.project, self.cfg.task)
-        outputs = self.registry.load(version.version).predict([ex.user for ex in data.gold])
-        scorer = make_scorer(self.cfg.eval, self.project.root)
-        report = score_outputs(data.gold, list(outputs), scorer, self.cfg.eval)
-        self.registry.rebaseline(version, GoldOutcome.from_report(report, gold_hash), previous=old)
-        console.print(
-            f"re-baselined champion v{version.version}: gold accuracy {old.accuracy:.3f} → {report.accuracy:.3f} "
-            "on the new gold set"
-        )

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_ml.config import ForgeConfig
-from forge_ml.console import titled_table
+from forge_ml.console import console, titled_table
 from forge_ml.errors import InputError
 from forge_ml.gate import GoldOutcome
 from forge_ml.project import Project, ProjectLock
@@ -134,3 +134,25 @@ def describe(result: PromoteResult) -> Any:
     table.add_row("champion before", f"v{result.compared_to}" if result.compared_to else "none")
     table.add_row("champion now", f"v{result.champion}" if result.champion else "none")
     return table
+
+
+def rebaseline_champion(cfg: ForgeConfig, project: Project, registry: Registry, gold_hash: str) -> None:
+    """Re-measure the champion on the current gold set (`flywheel --rebaseline`), so later rounds
+    compare like with like."""
+    from forge_ml.data.project_data import load_project_data
+    from forge_ml.evaluation.report import score_outputs
+    from forge_ml.evaluation.scorers import make_scorer
+
+    champion = registry.champion()
+    if champion is None or champion.outcome.gold_hash == gold_hash:
+        console.print("re-baseline: nothing to do (no champion, or gold unchanged)")
+        return
+    version, old = champion.version, champion.outcome
+    data = load_project_data(project, cfg.task)
+    outputs = registry.load(version.version).predict([ex.user for ex in data.gold])
+    report = score_outputs(data.gold, list(outputs), make_scorer(cfg.eval, project.root), cfg.eval)
+    registry.rebaseline(version, GoldOutcome.from_report(report, gold_hash), previous=old)
+    console.print(
+        f"re-baselined champion v{version.version}: gold accuracy {old.accuracy:.3f} → {report.accuracy:.3f} "
+        "on the new gold set"
+    )
