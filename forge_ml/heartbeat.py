@@ -17,7 +17,6 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Literal
 
 from forge_ml.fileio import atomic_write_json, pid_alive
@@ -110,9 +109,8 @@ def _iso(seconds: float) -> str:
 
 def read_heartbeat(project: Project) -> dict[str, Any] | None:
     """The heartbeat as written, or None when there is none or it cannot be read."""
-    path = project.output / HEARTBEAT
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads((project.output / HEARTBEAT).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None

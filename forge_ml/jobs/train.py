@@ -46,15 +46,16 @@ class TrainSummary:
 
 def _epoch_line(run: TrackedRun, cfg: ForgeConfig) -> Any:
     """The epoch hook of `train`: log the epoch's metrics on the run and print one line for it."""
-    started = [time.perf_counter()]
+    started = time.perf_counter()
     of = f"/{cfg.training.epochs}" if cfg.training.max_steps <= 0 else ""
 
     def hook(metrics: dict[str, float], epoch: int) -> None:
+        nonlocal started
         run.log_metrics(metrics, step=epoch)
         now = time.perf_counter()
         figures = ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
-        console.print(f"  epoch {epoch}{of}: {figures} ({now - started[0]:.1f} s)", highlight=False)
-        started[0] = now
+        console.print(f"  epoch {epoch}{of}: {figures} ({now - started:.1f} s)", highlight=False)
+        started = now
 
     return hook
 
