@@ -89,19 +89,18 @@ def envelope(
         "config_hash": ctx.config_hash if ctx else None,
     }
     data |= {key: fields.get(key) for key in keys}
-    data["error"] = (
-        None if error is None else {"class": type(error).__name__, "message": redact_text(_message(error))}
-    )
+    data["error"] = None if error is None else {"class": type(error).__name__, "message": _message(error)}
     return data
 
 
 def _message(error: BaseException) -> str:
-    """What the user reads: a forge-ml error's own text; for anything else `Class: first line`, never empty."""
+    """What the user reads: a forge-ml error's own text; for anything else `Class: first line`, never
+    empty; a credential in it (a URI's password, a key) redacted."""
     if isinstance(error, ForgeError | UsageError) and str(error).strip():
-        return str(error)
+        return redact_text(str(error))
     if isinstance(error, KeyboardInterrupt):
         return stopping.reason(error)
-    return describe(error)
+    return redact_text(describe(error))
 
 
 def _setup_logging(verbose: bool) -> None:

@@ -392,13 +392,16 @@ class Flywheel:
         """Copy the best trial's adapter (its last checkpoint, without the optimizer state) to
         output/adapters/<run id>."""
         target = self.project.output / "adapters" / (best.run_id or best.trial_id)
-        source = Path(best.checkpoint or "")
-        if not (source / "adapter_config.json").is_file():
-            raise RuntimeFault(f"the best trial's checkpoint {source} holds no adapter")
+        source = best.checkpoint or ""
         tmp = target.with_name(target.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        copy_adapter(source, tmp)
+        try:
+            copy_adapter(source, tmp)  # from the round's storage, an s3:// URI or the like, if not local
+        except OSError as exc:
+            raise RuntimeFault(f"cannot fetch the best trial's adapter from {source}: {exc}") from exc
+        if not (tmp / "adapter_config.json").is_file():
+            raise RuntimeFault(f"the best trial's checkpoint {source} holds no adapter")
         if not (tmp / "tokenizer_config.json").is_file():
             load_tokenizer(best.base, cfg.model, self.project).save_pretrained(str(tmp))
         shutil.rmtree(target, ignore_errors=True)

@@ -245,7 +245,7 @@ def check_override_syntax(overrides: list[str]) -> None:
         except HydraException as exc:
             lines = [line.strip() for line in str(exc).splitlines() if line.strip() not in ("", "^")]
             detail = [line for line in lines if not line.startswith(("See ", "Error parsing override"))]
-            hint = hydra_spelling(text)
+            hint = hydra_spelling(text) or quoted_spelling(text)
             raise ConfigError(
                 f"command line: {text}: cannot parse it ({'; '.join(detail) or first_line(exc)});"
                 + (f" in Hydra's grammar that is {hint};" if hint else "")
@@ -268,6 +268,23 @@ FOREIGN_DISTRIBUTIONS = {
 }
 _CALL = re.compile(r"^(?P<key>[^=]+)=(?:tune\.)?(?P<name>\w+)\((?P<args>.*)\)$")
 _TWO_INTS = re.compile(r"^\s*(-?\d+)\s*,\s*(-?\d+)\s*$")
+
+
+def quoted_spelling(override: str) -> str | None:
+    """`key='s3://b/p?x=1&y=2'` for an unquoted value holding `=` (a URI's query, for one) that parses
+    once quoted; None for anything else (a sweep with a typo is not a string)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    key, _, value = override.partition("=")
+    if "=" not in value or value[:1] in ("'", '"') or "'" in value:
+        return None
+    quoted = f"{key}='{value}'"
+    try:
+        OverridesParser.create().parse_overrides([quoted])
+    except HydraException:
+        return None
+    return quoted
 
 
 def hydra_spelling(override: str) -> str | None:

@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ import pytest
 from conftest import FAST, run_cli
 from mlflow import MlflowClient
 from mlflow_server import BIN, free_port, server_up, start_mlflow_server, wait_for
+from object_store import s3_server
 
 
 def processes_marked(marker: bytes) -> list[int]:
@@ -86,8 +89,14 @@ def stop_marked(marker: bytes, grace_s: float = 5.0) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[dict]:
-    """An mlflow server (sqlite) and a two-node Ray cluster (head + one worker), token-protected."""
+    """An mlflow server (sqlite), an S3 API (the trials' shared storage) and a two-node Ray cluster
+    (head + one worker), token-protected."""
     root = tmp_path_factory.mktemp("cluster")
+    with s3_server(root) as store:
+        yield from _cluster(root, store)
+
+
+def _cluster(root: Path, store) -> Iterator[dict]:
     mlflow_port, ray_port, dashboard_port = free_port(), free_port(), free_port()
     server_uri = f"http://127.0.0.1:{mlflow_port}"
     marker = f"FORGE_TEST_CLUSTER={secrets.token_hex(8)}"
@@ -99,9 +108,11 @@ def cluster(tmp_path_factory) -> Iterator[dict]:
         "MLFLOW_TRACKING_URI": server_uri,  # what the job's driver records to
         "RAY_USAGE_STATS_ENABLED": "0",
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # forge-ml on the nodes' PATH, as in an image
+        **store.env,  # the nodes' credentials for the shared storage, as an instance role gives them
     }
     started: list[subprocess.Popen] = []
     ray = [str(BIN / "ray")]
+    worker_tmp = tempfile.mkdtemp(prefix="ray-w-", dir="/tmp")  # short: Ray's socket paths live under it
     try:
         started.append(start_mlflow_server(root, mlflow_port, env))
         subprocess.run(
@@ -109,8 +120,12 @@ def cluster(tmp_path_factory) -> Iterator[dict]:
              "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard_port), "--disable-usage-stats"],
             env=env, check=True, capture_output=True, timeout=180,
         )  # fmt: skip
+        # The worker node gets a temp dir of its own, as a second machine has: nodes sharing one
+        # unpack a job's working dir into the same path, and Ray re-extracts it (rmtree first) when
+        # the second node first sets the job up, under the feet of a driver running in it.
         subprocess.run(
-            [*ray, "start", "--address", f"127.0.0.1:{ray_port}", "--num-cpus", "1", "--num-gpus", "0"],
+            [*ray, "start", "--address", f"127.0.0.1:{ray_port}", "--num-cpus", "1", "--num-gpus", "0",
+             "--temp-dir", worker_tmp],
             env=env, check=True, capture_output=True, timeout=180,
         )  # fmt: skip
         wait_for(lambda: server_up(server_uri), "mlflow server")
@@ -127,9 +142,11 @@ def cluster(tmp_path_factory) -> Iterator[dict]:
             "dashboard": f"http://127.0.0.1:{dashboard_port}",
             "server": server_uri,
             "root": root,
+            "store": store,
         }
     finally:
         stop_marked(marker.encode())
+        shutil.rmtree(worker_tmp, ignore_errors=True)
         for process in started:
             process.terminate()
             try:
@@ -174,10 +191,10 @@ def test_a_round_as_a_ray_job_runs_on_both_nodes_and_records_to_the_server(clust
         refused.returncode == 1 and "the cluster wants a token" in said and "RAY_AUTH_MODE=token" in said
     ), said
 
-    storage = f"file://{cluster['root'] / 'shared-storage'}"
+    store = cluster["store"]
     result = run_cli(
         "-p", str(small_project.root), "--json", "submit", "--address", cluster["dashboard"], *ROUND,
-        f"tune.storage_path={storage}", env=cluster["env"], timeout=900,
+        f"tune.storage_path='{store.uri('shared')}'", env=cluster["env"], timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-5000:]
     assert '"status": "SUCCEEDED"' in result.stdout
@@ -191,9 +208,24 @@ def test_a_round_as_a_ray_job_runs_on_both_nodes_and_records_to_the_server(clust
     assert len(trials) == 2 and all(t.info.status == "FINISHED" for t in trials)
     assert all(t.data.tags["mlflow.parentRunId"] == rounds[0].info.run_id for t in trials)
     assert len({t.data.tags["forge.node_id"] for t in trials}) == 2  # both nodes trained
+    # the tiny base, built on the head, went through the store; so did every checkpoint
+    keys = store.keys("shared")
+    assert any(k.startswith("bases/tiny-") and k.endswith("/config.json") for k in keys), keys
+    recorded = json.loads(
+        Path(
+            client.download_artifacts(rounds[0].info.run_id, "round/trials.json", str(cluster["root"]))
+        ).read_text()
+    )
+    for trial in recorded:  # named where they are, not downloaded to the driver's temp directory
+        assert trial["checkpoint"].startswith("s3://forge/shared/small-round-001-"), trial["checkpoint"]
+        assert trial["checkpoint"].endswith(f"?endpoint_override={store.endpoint}&scheme=http")
     best = rounds[0].data.tags["forge.best_run_id"]
     local = Path(client.download_artifacts(best, "adapter", str(cluster["root"] / "download")))
-    assert (local / "adapter_config.json").is_file() and (local / "adapter_model.safetensors").is_file()
+    assert sorted(p.name for p in local.iterdir() if p.name.startswith("adapter_")) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    ]
+    assert not (local / "optimizer.pt").exists()
     assert not (small_project.root / "mlflow.db").exists()  # nothing recorded locally
 
 

@@ -238,3 +238,32 @@ def test_a_distribution_spelled_as_ray_or_optuna_does_is_refused_with_its_hydra_
     parsed = parse_param(key, hint.split("=", 1)[1])
     assert (parsed.kind, parsed.values) == (meant.kind, meant.values)
     assert parsed.low == pytest.approx(meant.low) and parsed.high == pytest.approx(meant.high)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.from_regex(r"[a-z_]{1,12}", fullmatch=True),
+            st.from_regex(r"[A-Za-z0-9.:_-]{1,16}", fullmatch=True),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.sampled_from(["s3://bucket/rounds", "gs://b/p", "http://127.0.0.1:5000/x"]),
+)
+def test_an_unquoted_value_with_a_query_is_refused_with_its_quoted_spelling(query, base):
+    """`tune.storage_path=s3://b/p?endpoint_override=…&scheme=http` (what S3-compatible stores need)
+    does not parse unquoted; the message gives the quoted override, which parses to the same value."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from forge_ml.search import check_override_syntax
+
+    value = base + "?" + "&".join(f"{k}={v}" for k, v in query)
+    with pytest.raises(ConfigError) as info:
+        check_override_syntax([f"tune.storage_path={value}"])
+    assert info.value.exit_code == 1
+    hint = str(info.value).split(" in Hydra's grammar that is ", 1)[1].split("; the override grammar", 1)[0]
+    assert hint == f"tune.storage_path='{value}'"
+    check_override_syntax([hint])
+    assert OverridesParser.create().parse_override(hint).value() == value

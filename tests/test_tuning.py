@@ -122,8 +122,12 @@ def test_asha_stops_bad_configurations_early(small_project, monkeypatch):
 
 
 @pytest.mark.reliability
-def test_a_trial_that_crashes_once_resumes_from_its_checkpoint(small_project, monkeypatch, proof):
+def test_a_trial_that_crashes_once_resumes_from_its_checkpoint(small_project, monkeypatch, proof, tmp_path):
     monkeypatch.setenv(FAULT_ENV, "1")
+    scratch = tmp_path / "tmpdir"  # the trials' TMPDIR (Ray's own files stay under /tmp/ray)
+    scratch.mkdir()
+    monkeypatch.setenv("RAY_TMPDIR", "/tmp")
+    monkeypatch.setenv("TMPDIR", str(scratch))
     cfg = compose_config(
         small_project,
         [*ROUND, "training.epochs=3", "tune.num_samples=1", "tune.scheduler=fifo", "tune.max_failures=1"],
@@ -139,6 +143,8 @@ def test_a_trial_that_crashes_once_resumes_from_its_checkpoint(small_project, mo
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "dev/loss")]
     assert steps == [1, 2, 3]
     assert "dev/accuracy" in run.data.metrics
+    # the restarted trial read its checkpoint in its own scratch, gone with it: nothing left behind
+    assert sorted(p.name for p in scratch.iterdir()) == []
     proof(
         "Trial faults",
         "a trial raises once after epoch 1 (max_failures=1)",

@@ -60,7 +60,7 @@ def sft_trial(config: dict[str, Any], context: TrialContext) -> None:
     cfg = with_overrides(context.config, config)
     cfg.training.threads = max(1, int(cfg.tune.resources.cpu))
     checkpoint = tune.get_checkpoint()
-    resume_dir = Path(checkpoint.to_directory()) if checkpoint is not None else None
+    resumed = checkpoint is not None
     crash_after = int(os.environ.get(FAULT_ENV, "0"))
     last: dict[str, float] = {}
 
@@ -68,14 +68,17 @@ def sft_trial(config: dict[str, Any], context: TrialContext) -> None:
 
     def report(metrics: dict[str, float], epoch: int, path: Path) -> None:
         last.update(metrics, epoch=float(epoch))
-        extra = {"forge/restored": 1.0} if resume_dir is not None else {}
+        extra = {"forge/restored": 1.0} if resumed else {}
         tune.report(
             {**metrics, "epoch": epoch, **extra, **node}, checkpoint=tune.Checkpoint.from_directory(str(path))
         )
-        if crash_after and epoch == crash_after and resume_dir is None:
+        if crash_after and epoch == crash_after and not resumed:
             raise RuntimeError(f"injected fault after epoch {epoch} ({FAULT_ENV})")
 
     with tempfile.TemporaryDirectory(prefix="forge-trial-") as scratch:
+        # A restarted trial's checkpoint is copied into its scratch, which goes with the trial
+        # (Ray's to_directory() without a path leaves a checkpoint_tmp_* directory behind for good).
+        resume_dir = Path(checkpoint.to_directory(str(Path(scratch) / "resume"))) if resumed else None
         base = local_base(context.base_source, Path(scratch) / "base")
         node["forge/base_path"] = base  # where this trial read the base from (recorded on its run)
         try:

@@ -33,10 +33,12 @@ from forge_ml.search import SearchParam, check_space, parse_space, tune_space
 from forge_ml.tracking import TrackedRun, Tracker, config_params
 from forge_ml.tuning.runtime import preflight, ray_runtime, storage_path
 from forge_ml.tuning.storage import (
+    check_storage,
+    checkpoint_location,
     copy_adapter,
-    local_checkpoint,
     set_aside,
     share_base,
+    storage_child,
     unreadable_experiment,
 )
 from trainables.sft import TrialContext, sft_trial
@@ -168,6 +170,8 @@ def run_round(
     if not params:
         raise ConfigError("search space is empty: pass sweeps such as 'lora.r=choice(4,8)' or set tune.space")
     check_space(cfg, params)
+    storage = storage_path(cfg.tune, project)
+    check_storage(storage)
 
     data = load_project_data(project, cfg.task, write_seed=False)
     make_scorer(cfg.eval, project.root, probe=data.gold)  # a scorer.py that raises fails before training
@@ -189,7 +193,6 @@ def run_round(
     )
     merge_seed(project, cfg.task, data)  # the datasets passed their checks: the seed joins canonical
     tracker = Tracker(cfg, project)
-    storage = storage_path(cfg.tune, project)
     with ray_runtime(cfg.tune):
         nodes = preflight(cfg.tune, storage)
         if not is_local(base.source) and nodes == 1:
@@ -297,7 +300,7 @@ class _Fit:
                 return tuner, True
         run_name = f"{cfg.name}-{self.name}-{int(time.time())}"
         if self.on_experiment is not None:
-            self.on_experiment(f"{self.storage.rstrip('/')}/{run_name}")
+            self.on_experiment(storage_child(self.storage, run_name))
         tuner = tune.Tuner(
             trainable,
             param_space=tune_space(self.params),
@@ -364,9 +367,9 @@ class _Fit:
                 status = "FAILED"
             else:
                 status = "FINISHED" if last.get("forge/completed") else "STOPPED"
-            last_ckpt = None
+            checkpoint = None
             if status != "FAILED" and trial_result.checkpoint is not None:
-                last_ckpt = local_checkpoint(trial_result.checkpoint)
+                checkpoint = checkpoint_location(self.storage, trial_result.checkpoint)
             run = callback.runs.get(trial_id)
             metrics = {
                 k: float(v)
@@ -380,7 +383,7 @@ class _Fit:
                     config=dict(trial_result.config or {}),
                     status=status,
                     metrics=metrics,
-                    checkpoint=last_ckpt.path if last_ckpt else None,
+                    checkpoint=checkpoint,
                 )
             )
         scored = rank_trials(result.trials, cfg.tune.metric, cfg.tune.mode)
@@ -447,8 +450,8 @@ def _record_round(
 
 def _log_adapter(tracker: Tracker, trial: TrialRecord) -> None:
     """Log the adapter files of a trial's checkpoint (not the optimizer state) to its run."""
-    source = Path(trial.checkpoint)
-    if not source.is_dir():
+    source = trial.checkpoint or ""
+    if "://" not in source and not Path(source).is_dir():
         log.warning(
             "checkpoint %s of trial %s is not on this machine; adapter not logged", source, trial.trial_id
         )

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from forge_ml.errors import ConfigError
+from forge_ml.errors import ConfigError, RuntimeFault
 
 ADAPTER_FILES = (
     "adapter_config.json",
@@ -25,11 +25,68 @@ ADAPTER_FILES = (
 )
 
 
-def copy_adapter(checkpoint: Path, folder: Path) -> None:
-    """Copy a checkpoint's adapter and tokenizer files into `folder`, not its optimizer state."""
-    for name in ADAPTER_FILES:
-        if (checkpoint / name).is_file():
-            shutil.copy2(checkpoint / name, folder / name)
+def copy_adapter(checkpoint: str | Path, folder: Path) -> None:
+    """Copy a checkpoint's adapter and tokenizer files into `folder`, not its optimizer state.
+
+    `checkpoint` is a local directory or a URI in the round's storage (`s3://…`): only these few
+    files are fetched from there, nothing is left behind in a temporary directory.
+    """
+    location = str(checkpoint)
+    if "://" not in location:
+        for name in ADAPTER_FILES:
+            if (Path(location) / name).is_file():
+                shutil.copy2(Path(location) / name, folder / name)
+        return
+    import pyarrow.fs
+
+    filesystem, root = pyarrow.fs.FileSystem.from_uri(location)
+    found = filesystem.get_file_info([f"{root}/{name}" for name in ADAPTER_FILES])
+    for info in found:
+        if info.type == pyarrow.fs.FileType.File:
+            with (
+                filesystem.open_input_stream(info.path) as source,
+                (folder / info.base_name).open("wb") as target,
+            ):
+                shutil.copyfileobj(source, target)
+
+
+def storage_child(storage: str, *parts: str) -> str:
+    """`storage`/parts/…: a URI's query (`s3://b/p?endpoint_override=…`) stays at its end."""
+    base, sep, query = storage.partition("?") if "://" in storage else (storage, "", "")
+    return "/".join([base.rstrip("/"), *parts]) + sep + query
+
+
+def checkpoint_location(storage: str, checkpoint: Any) -> str:
+    """Where a trial's checkpoint is, as a string a later process can open: a local path, or a URI in
+    the round's storage with its query (endpoint and the like) kept. Nothing is downloaded."""
+    if checkpoint.filesystem.type_name == "local":
+        return str(checkpoint.path)
+    scheme = storage.split("://", 1)[0]
+    query = storage.partition("?")[2]
+    return f"{scheme}://{checkpoint.path.lstrip('/')}" + (f"?{query}" if query else "")
+
+
+def check_storage(storage: str) -> None:
+    """Refuse a storage URI that names no filesystem pyarrow (and so Ray Tune) can open, or a bucket
+    that does not exist (exit 1); one that cannot be reached is a runtime fault (exit 2). Before any
+    work, where Ray Tune would fail after the base is built and Ray started."""
+    if "://" not in storage:
+        return
+    import pyarrow.fs
+
+    try:
+        filesystem, path = pyarrow.fs.FileSystem.from_uri(storage)
+    except ValueError as exc:  # pyarrow's ArrowInvalid: a scheme or query option it does not know
+        raise ConfigError(f"tune.storage_path: {storage}: {exc}") from None
+    if filesystem.type_name == "local":
+        return
+    bucket = path.split("/", 1)[0]
+    try:
+        found = filesystem.get_file_info(bucket)
+    except OSError as exc:
+        raise RuntimeFault(f"tune.storage_path: cannot reach {storage}: {exc}") from None
+    if found.type == pyarrow.fs.FileType.NotFound:
+        raise ConfigError(f"tune.storage_path: {storage}: bucket {bucket!r} does not exist; create it first")
 
 
 def unreadable_experiment(path: str) -> str | None:
@@ -68,20 +125,11 @@ def set_aside(path: str) -> str | None:
     return str(target)
 
 
-def local_checkpoint(checkpoint: Any) -> Any:
-    """Return `checkpoint` on this machine's disk (one in remote storage, s3:// and the like, is downloaded)."""
-    from ray import tune
-
-    if checkpoint.filesystem.type_name == "local":
-        return checkpoint
-    return tune.Checkpoint.from_directory(checkpoint.to_directory())
-
-
 def share_base(source: str, storage: str) -> str:
     """Copy a locally built base into the round's shared storage, so trials on other nodes can fetch it."""
     import pyarrow.fs
 
-    target = f"{storage.rstrip('/')}/bases/{Path(source).name}"
+    target = storage_child(storage, "bases", Path(source).name)
     if "://" not in target:
         raise ConfigError(f"tune.storage_path: {storage} is not shared storage")
     filesystem, path = pyarrow.fs.FileSystem.from_uri(target)
