@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,26 @@ def shrink_jsonl(path: Path, keep: int) -> None:
     lines = path.read_text(encoding="utf-8").splitlines()
     step = max(1, len(lines) // keep)
     path.write_text("\n".join(lines[::step][:keep]) + "\n", encoding="utf-8")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _temp_files_under_basetemp(tmp_path_factory):
+    """Temporary files of this process and of every process a test starts (forge-ml, Ray's workers,
+    servers) go under pytest's basetemp, which pytest prunes, not /tmp: MLflow's downloads without
+    a destination stay where they land, and a test can check that a command left nothing behind.
+    Ray's session directory stays under /tmp/ray (RAY_TMPDIR): its socket paths must stay short."""
+    folder = str(tmp_path_factory.mktemp("tmp"))
+    saved = {name: os.environ.get(name) for name in ("TMPDIR", "RAY_TMPDIR")}
+    os.environ["TMPDIR"] = folder
+    os.environ.setdefault("RAY_TMPDIR", "/tmp")
+    before, tempfile.tempdir = tempfile.tempdir, folder
+    yield
+    tempfile.tempdir = before
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(autouse=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -87,10 +88,14 @@ def test_round_leaves_a_round_run_with_one_nested_run_per_trial(small_project, c
     assert all(not client.list_artifacts(t.run_id, "adapter") for t in others)  # top_k = 1
 
 
-def test_asha_stops_bad_configurations_early(small_project, monkeypatch):
+def test_asha_stops_bad_configurations_early(small_project, monkeypatch, tmp_path):
     # A stopped trial unwinds for 3 s before Ray hands its actor to the next trial (a busy machine
     # takes that long; Ray waits 2 s by default, then fails the next trial and can hang the round).
     monkeypatch.setenv(FAILPOINTS, "trial.stopped=sleep:3")
+    scratch = tmp_path / "tmpdir"  # the trials' TMPDIR and the driver's
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     cfg = compose_config(
         small_project,
         [
@@ -101,11 +106,12 @@ def test_asha_stops_bad_configurations_early(small_project, monkeypatch):
             "tune.scheduler=asha",
             "tune.grace_period=1",
             "tune.reduction_factor=2",
+            "tune.max_concurrent_trials=2",  # the last two trials are stopped together, as in a flywheel
         ],
     )
     good, bad = {"training.learning_rate": 5e-3}, {"training.learning_rate": 1e-6}
     result = run_round(
-        with_space(cfg, {"training.learning_rate": "choice(5e-3, 1e-6)"}), first_points=[good, bad, bad, bad]
+        with_space(cfg, {"training.learning_rate": "choice(5e-3, 1e-6)"}), first_points=[good, good, bad, bad]
     )
     stopped = [t for t in result.trials if t.status == "STOPPED"]
     assert stopped and all(t.config == bad for t in stopped)
@@ -119,6 +125,9 @@ def test_asha_stops_bad_configurations_early(small_project, monkeypatch):
         assert run.info.status == "FINISHED" and run.data.tags["forge.stopped_early"] == "true"
         assert len(client.get_metric_history(trial.run_id, "dev/loss")) < 3
         assert "dev/accuracy" not in run.data.metrics
+    # Ray ends the actor of a trial stopped last without waiting for it to unwind: its scratch
+    # (checkpoints with optimizer state) is swept once the round's runtime is down
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("forge-trial-")] == []
 
 
 @pytest.mark.reliability
@@ -126,8 +135,8 @@ def test_a_trial_that_crashes_once_resumes_from_its_checkpoint(small_project, mo
     monkeypatch.setenv(FAULT_ENV, "1")
     scratch = tmp_path / "tmpdir"  # the trials' TMPDIR (Ray's own files stay under /tmp/ray)
     scratch.mkdir()
-    monkeypatch.setenv("RAY_TMPDIR", "/tmp")
     monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     cfg = compose_config(
         small_project,
         [*ROUND, "training.epochs=3", "tune.num_samples=1", "tune.scheduler=fifo", "tune.max_failures=1"],

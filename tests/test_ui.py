@@ -50,6 +50,7 @@ def test_ui_serves_the_project_store(small_project):
         proc.wait(timeout=30)
     said = proc.stdout.read().decode()
     assert "Warning" not in said, said  # the web stack's deprecation notices are not the user's
+    assert "Uvicorn running on" in said and "GET /health" not in said, said  # no line per request
 
 
 def in_session(sid: int) -> list[str]:

@@ -19,6 +19,7 @@ from forge_ml.config.overrides import with_overrides
 from forge_ml.data.examples import Example
 from forge_ml.errors import first_line
 from forge_ml.faults import failpoint
+from trainables.scratch import trial_scratch
 
 FAULT_ENV = "FORGE_FAULT_CRASH_AFTER_EPOCH"  # test hook: crash once after this epoch's checkpoint
 OOM_FAULT_ENV = (
@@ -48,8 +49,6 @@ class TrialContext:
 
 def sft_trial(config: dict[str, Any], context: TrialContext) -> None:
     """Ray Tune function trainable."""
-    import tempfile
-
     import ray
     from ray import tune
 
@@ -75,14 +74,14 @@ def sft_trial(config: dict[str, Any], context: TrialContext) -> None:
         if crash_after and epoch == crash_after and not resumed:
             raise RuntimeError(f"injected fault after epoch {epoch} ({FAULT_ENV})")
 
-    with tempfile.TemporaryDirectory(prefix="forge-trial-") as scratch:
+    with trial_scratch() as scratch:
         # A restarted trial's checkpoint is copied into its scratch, which goes with the trial
         # (Ray's to_directory() without a path leaves a checkpoint_tmp_* directory behind for good).
-        resume_dir = Path(checkpoint.to_directory(str(Path(scratch) / "resume"))) if resumed else None
-        base = local_base(context.base_source, Path(scratch) / "base")
+        resume_dir = Path(checkpoint.to_directory(str(scratch / "resume"))) if resumed else None
+        base = local_base(context.base_source, scratch / "base")
         node["forge/base_path"] = base  # where this trial read the base from (recorded on its run)
         try:
-            _train_and_report(cfg, context, base, Path(scratch), report, resume_dir, last, node)
+            _train_and_report(cfg, context, base, scratch, report, resume_dir, last, node)
         except SystemExit:  # the scheduler stopped this trial at a report (Ray exits the thread)
             failpoint("trial.stopped")
             raise

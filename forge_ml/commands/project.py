@@ -84,9 +84,10 @@ def run_ui(ctx: Context) -> int:
     os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     # Each server process warns, at import, of a deprecation in MLflow's own web stack: not the user's to fix.
     os.environ.setdefault("PYTHONWARNINGS", "ignore:starlette.middleware.wsgi is deprecated:UserWarning")
-    os.execv(
-        sys.executable, [*argv, "--host", args.host, "--port", str(args.port), "--workers", str(args.workers)]
-    )
+    argv += ["--host", args.host, "--port", str(args.port), "--workers", str(args.workers)]
+    if not args.verbose:  # a line per request: the UI polls every few seconds while a page is open
+        argv += ["--uvicorn-opts", "--no-access-log"]
+    os.execv(sys.executable, argv)
     return EXIT_OK  # not reached
 
 

@@ -10,6 +10,7 @@ from forge_ml import stopping
 from forge_ml.config import TuneConfig
 from forge_ml.errors import ConfigError, RuntimeFault
 from forge_ml.project import Project
+from trainables.scratch import sweep_stale_scratch
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ def ray_runtime(tune_cfg: TuneConfig) -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
+        if not tune_cfg.address:  # this machine's trials are over: what their actors left goes
+            sweep_stale_scratch()
 
 
 def storage_path(tune_cfg: TuneConfig, project: Project) -> str:
