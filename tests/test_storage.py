@@ -7,6 +7,7 @@ the way a user of MinIO or another S3-compatible store writes it: `s3://b/p?endp
 from __future__ import annotations
 
 import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -123,6 +124,8 @@ def test_a_round_stored_in_s3_names_its_experiment_and_checkpoints_there(store, 
     assert unreadable_experiment(storage_child(storage, "exp")) is None
     assert tune.Tuner.can_restore(storage_child(storage, "exp"))
     for result in grid:
+        # what the driver's sweep of trial scratch relies on (forge_ml/tuning/runtime.py)
+        assert result.metrics["pid"] > 0 and result.metrics["hostname"] == socket.gethostname()
         location = checkpoint_location(storage, result.checkpoint)
         assert location.startswith("s3://forge/rounds/exp/") and location.endswith(
             f"?endpoint_override={store.endpoint}&scheme=http"

@@ -106,12 +106,11 @@ def test_asha_stops_bad_configurations_early(small_project, monkeypatch, tmp_pat
             "tune.scheduler=asha",
             "tune.grace_period=1",
             "tune.reduction_factor=2",
-            "tune.max_concurrent_trials=2",  # the last two trials are stopped together, as in a flywheel
         ],
     )
     good, bad = {"training.learning_rate": 5e-3}, {"training.learning_rate": 1e-6}
     result = run_round(
-        with_space(cfg, {"training.learning_rate": "choice(5e-3, 1e-6)"}), first_points=[good, good, bad, bad]
+        with_space(cfg, {"training.learning_rate": "choice(5e-3, 1e-6)"}), first_points=[good, bad, bad, bad]
     )
     stopped = [t for t in result.trials if t.status == "STOPPED"]
     assert stopped and all(t.config == bad for t in stopped)

@@ -8,8 +8,8 @@ its cleanup and the scratch stayed in the temp directory: one per trial ASHA sto
 round, megabytes for the tiny model and far more for a real base.
 
 So each scratch carries the pid of the process that owns it (`forge-trial-<pid>-<random>`). A trial
-starting on a node, and the driver when the local Ray runtime it started is down, delete those
-whose process no longer exists. Directories of live processes, of other users, or not named this
+starting on a node, and the driver when a round's Ray runtime is down (once that round's trial
+processes on its machine have exited), delete those whose process no longer exists. Directories of live processes, of other users, or not named this
 way are left alone.
 """
 
@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -36,9 +37,18 @@ def trial_scratch() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def sweep_stale_scratch(root: str | Path | None = None) -> list[Path]:
+def sweep_stale_scratch(
+    root: str | Path | None = None, wait_for: Iterable[int] = (), timeout_s: float = 10.0
+) -> list[Path]:
     """Delete the trial scratch directories under `root` (default: the temp directory) whose owning
-    process is gone; return them."""
+    process is gone; return them. The processes `wait_for` (trials of a round that just ended, still
+    exiting) are given up to `timeout_s` to go first."""
+    deadline = time.monotonic() + timeout_s
+    pending = set(wait_for)
+    while pending and time.monotonic() < deadline:
+        pending = {pid for pid in pending if _alive(pid)}
+        if pending:
+            time.sleep(0.1)
     removed = []
     for path in Path(root or tempfile.gettempdir()).glob(f"{PREFIX}*-*"):
         owner = path.name[len(PREFIX) :].split("-", 1)[0]

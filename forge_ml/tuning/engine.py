@@ -31,7 +31,7 @@ from forge_ml.models.source import is_local
 from forge_ml.project import Project
 from forge_ml.search import SearchParam, check_space, parse_space, tune_space
 from forge_ml.tracking import TrackedRun, Tracker, config_params
-from forge_ml.tuning.runtime import preflight, ray_runtime, storage_path
+from forge_ml.tuning.runtime import note_trial_process, preflight, ray_runtime, storage_path
 from forge_ml.tuning.storage import (
     check_storage,
     checkpoint_location,
@@ -362,6 +362,8 @@ class _Fit:
         result.epochs_trained = callback.epochs_trained
         for trial_result in grid:
             last = trial_result.metrics or {}
+            if last.get("pid"):  # Ray Tune's own: the process that ran the trial, on `hostname`
+                note_trial_process(last["pid"], last.get("hostname"))
             trial_id = last.get("trial_id") or (trial_result.path or "").rsplit("/", 1)[-1]
             if trial_result.error is not None:
                 status = "FAILED"

@@ -19,7 +19,10 @@ _RAY_AUTH_SETUP = "ray._private.authentication.authentication_token_setup"  # wh
 
 @contextmanager
 def ray_runtime(tune_cfg: TuneConfig) -> Iterator[None]:
-    """Connect to `tune.address`, or start a local runtime sized by `tune.num_cpus`; shut down what we started."""
+    """Connect to `tune.address`, or start a local runtime sized by `tune.num_cpus`; shut down what we started.
+
+    Once down, the scratch directories of trials that ran on this machine go (trainables/scratch.py),
+    their processes (`note_trial_process`) given a few seconds to exit first."""
     import os
 
     import ray
@@ -49,8 +52,19 @@ def ray_runtime(tune_cfg: TuneConfig) -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
-        if not tune_cfg.address:  # this machine's trials are over: what their actors left goes
-            sweep_stale_scratch()
+        sweep_stale_scratch(wait_for=_trial_pids)
+        _trial_pids.clear()
+
+
+_trial_pids: set[int] = set()  # this machine's trial processes while a runtime is up
+
+
+def note_trial_process(pid: int, hostname: str | None) -> None:
+    """Remember a process that ran a trial, when it ran on this machine (its scratch is swept at shutdown)."""
+    import socket
+
+    if hostname == socket.gethostname():
+        _trial_pids.add(int(pid))
 
 
 def storage_path(tune_cfg: TuneConfig, project: Project) -> str:

@@ -1,8 +1,9 @@
 """Where a round's trials keep their state: Ray Tune experiment directories, checkpoints, a shared base.
 
-Local paths or URIs (s3://, gs://, file:// on shared storage). An experiment directory whose
-saved state cannot be read is renamed aside, never overwritten; checkpoints in remote storage
-are fetched to this machine before their adapters are read.
+Local paths or URIs (s3://, gs://, file:// on shared storage), a URI's query (an S3-compatible
+store's `endpoint_override`, say) kept at its end. An experiment directory whose saved state cannot
+be read is renamed aside, never overwritten. A checkpoint in remote storage stays there, named by
+its URI: only its adapter files are fetched, when they are read.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def check_storage(storage: str) -> None:
         filesystem, path = pyarrow.fs.FileSystem.from_uri(storage)
     except ValueError as exc:  # pyarrow's ArrowInvalid: a scheme or query option it does not know
         raise ConfigError(f"tune.storage_path: {storage}: {exc}") from None
-    if filesystem.type_name == "local":
+    if filesystem.type_name not in ("s3", "gcs"):  # a local path (file://) or one Ray Tune judges itself
         return
     bucket = path.split("/", 1)[0]
     try:
