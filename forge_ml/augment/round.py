@@ -107,7 +107,11 @@ def augment_data(
         generate = load_generator(project.root)
         if generate is None:
             log.warning(
-                "%s: no %s and no Claude; round %d adds no data", project.root, GENERATOR_FILE, round_number
+                "%s: no %s and no Claude; round %d adds no data (write a %s, or set ANTHROPIC_API_KEY)",
+                project.root,
+                GENERATOR_FILE,
+                round_number,
+                GENERATOR_FILE,
             )
             return _summary(existing, result)
         result.writer = "generator"

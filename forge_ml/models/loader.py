@@ -57,6 +57,9 @@ class BaseModelRef:
         return replace(self, revision=commit, provenance=provenance)
 
 
+_said_offline: set[str] = set()  # the Hub ids this process said load from their offline copy
+
+
 def resolve_base(cfg: ForgeConfig, project: Project, training_text: list[str]) -> BaseModelRef:
     """Return the base model reference, building the tiny model when `model=tiny`.
 
@@ -74,7 +77,11 @@ def resolve_base(cfg: ForgeConfig, project: Project, training_text: list[str]) -
     copy = cfg.model.offline_copy
     if copy.enabled and copy.of == source and not _hub_usable(source, revision):
         path, provenance = prepare_offline_copy(copy)
-        log.info("the Hub is not in use: %s loads from its offline copy (%s)", source, provenance.describe())
+        if source not in _said_offline:  # once per process, not every round of a flywheel
+            _said_offline.add(source)
+            log.info(
+                "the Hub is not in use: %s loads from its offline copy (%s)", source, provenance.describe()
+            )
         return BaseModelRef(str(path), None, True, provenance)
     if hub.cached_snapshot(source, revision) is None:
         local = f"no directory {project.resolve(source)}, and " if "/" in source else ""

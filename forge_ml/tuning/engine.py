@@ -31,7 +31,13 @@ from forge_ml.models.source import is_local
 from forge_ml.project import Project
 from forge_ml.search import SearchParam, check_space, parse_space, tune_space
 from forge_ml.tracking import TrackedRun, Tracker, config_params
-from forge_ml.tuning.runtime import note_trial_process, preflight, ray_runtime, storage_path
+from forge_ml.tuning.runtime import (
+    check_local_cpus,
+    note_trial_process,
+    preflight,
+    ray_runtime,
+    storage_path,
+)
 from forge_ml.tuning.storage import (
     check_storage,
     checkpoint_location,
@@ -172,6 +178,7 @@ def run_round(
     check_space(cfg, params)
     storage = storage_path(cfg.tune, project)
     check_storage(storage)
+    check_local_cpus(cfg.tune)
 
     data = load_project_data(project, cfg.task, write_seed=False)
     make_scorer(cfg.eval, project.root, probe=data.gold)  # a scorer.py that raises fails before training

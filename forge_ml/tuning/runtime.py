@@ -76,6 +76,21 @@ def storage_path(tune_cfg: TuneConfig, project: Project) -> str:
     return str(project.output / "ray")
 
 
+def check_local_cpus(tune_cfg: TuneConfig) -> None:
+    """Refuse, before any work, a trial that asks for more CPUs than the local runtime will have
+    (`preflight` checks again against the nodes Ray reports, GPUs and clusters included)."""
+    import os
+
+    if tune_cfg.address:
+        return
+    cpus = tune_cfg.num_cpus or os.cpu_count() or 1
+    if tune_cfg.resources.cpu > cpus:
+        raise ConfigError(
+            f"tune.resources: a trial asks for {tune_cfg.resources.cpu:g} CPU / {tune_cfg.resources.gpu:g} GPU "
+            f"but the largest node has {cpus:g} CPU (this machine's local runtime); lower tune.resources.cpu"
+        )
+
+
 def preflight(tune_cfg: TuneConfig, storage: str) -> int:
     """Return the number of live nodes; refuse a request no node can hold or local storage on several nodes."""
     import ray
