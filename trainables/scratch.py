@@ -23,6 +23,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from forge_ml.fileio import pid_alive
+
 PREFIX = "forge-trial-"
 
 
@@ -46,23 +48,13 @@ def sweep_stale_scratch(
     deadline = time.monotonic() + timeout_s
     pending = set(wait_for)
     while pending and time.monotonic() < deadline:
-        pending = {pid for pid in pending if _alive(pid)}
+        pending = {pid for pid in pending if pid_alive(pid)}
         if pending:
             time.sleep(0.1)
     removed = []
     for path in Path(root or tempfile.gettempdir()).glob(f"{PREFIX}*-*"):
         owner = path.name[len(PREFIX) :].split("-", 1)[0]
-        if owner.isdigit() and path.is_dir() and not _alive(int(owner)):
+        if owner.isdigit() and path.is_dir() and not pid_alive(int(owner)):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
