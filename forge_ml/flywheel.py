@@ -297,6 +297,10 @@ class Flywheel:
         state.stage = "augmented"
         save_state(self.project, state)
         console.print(f"  data: +{result.added} examples ({result.writer}), {result.size} in canonical")
+        for kind, counts in (("dropped", result.dropped), ("mended", result.mended)):
+            if counts:
+                told = ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items()))
+                console.print(f"        {kind}: {told}", highlight=False)
 
     def _tune(self, cfg: ForgeConfig, state: RoundState, run: TrackedRun) -> None:
         history = read_history(cfg, self.tracker.client, self.tracker.experiment_id, self.project.output)

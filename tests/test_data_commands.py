@@ -25,6 +25,7 @@ DATA_KEYS = [
     "requested",
     "added",
     "dropped",
+    "mended",
     "by_category",
     "focus",
     "output",
@@ -278,6 +279,7 @@ def test_an_answer_copying_a_gold_input_is_dropped(project):
         {"user": known.user, "assistant": known.assistant, "category": known.category},
         {"user": "no answer", "assistant": "", "category": "land"},
         {"user": "go somewhere nice", "assistant": "not json", "category": "goto_waypoint"},
+        {"user": "go somewhere else", "assistant": '{"command": "goto"}', "category": "goto_waypoint"},
     ]
     with FakeAnthropic() as fake:
         fake.on_tool("write_examples", Writer(extra=copies))
@@ -288,13 +290,14 @@ def test_an_answer_copying_a_gold_input_is_dropped(project):
         "matches a gold input": 1,
         "duplicate": 1,
         "empty turn": 1,
-        "answer fails the scorer's parse": 1,
+        "answer holds no JSON document": 1,  # every answer of the project is one
+        "answer fails the scorer's parse": 1,  # JSON, but without the scorer's field
     }
     assert gold.key not in {e.key for e in read_examples(canonical(project))}
     metrics = the_run(project, "generate").data.metrics
     assert metrics["data/dropped/matches_a_gold_input"] == 1
     assert metrics["data/dropped/answer_fails_the_scorers_parse"] == 1
-    assert metrics["data/dropped"] == 4
+    assert metrics["data/dropped"] == 5
 
 
 @pytest.mark.parametrize(

@@ -267,7 +267,7 @@ def test_written_examples_are_validated_deduplicated_and_never_gold(fake, cfg, e
     assert result.dropped == {
         "matches a gold input": 1,
         "duplicate": 1,
-        "answer fails the scorer's parse": 1,
+        "answer holds no JSON document": 1,
         "empty turn": 1,
     }
     after = read_examples(root / "dataset" / "canonical.jsonl")
@@ -280,6 +280,47 @@ def test_written_examples_are_validated_deduplicated_and_never_gold(fake, cfg, e
     assert gold[0].user not in json.dumps(fake.requests[0].body)  # gold never reaches the generator
     again = augment_data(cfg, example_project, plan, 4, failures=[], claude=make_client(cfg.planner))
     assert again.resumed and len(read_examples(root / "dataset" / "canonical.jsonl")) == len(after)
+
+
+def test_written_examples_are_brought_into_the_projects_form(fake, cfg, example_project):
+    """Claude's rows as a real one writes them now and then: JSON in a code fence or after a
+    sentence, categories in another case or with spaces, more rows than asked for."""
+    root: Path = example_project.root
+    before = read_examples(root / "dataset" / "canonical.jsonl")
+
+    def answer(n: int) -> str:
+        return json.dumps({"cmd": "hover", "args": {"seconds": n}})
+
+    wrappers = [
+        lambda a: a,
+        lambda a: f"```json\n{a}\n```",
+        lambda a: f"Here is the command:\n{a}",
+        lambda a: f"```\n{a}\n```\nThis hovers in place.",
+    ]
+    spellings = ["hover", "Hover", "HOVER", " hover "]
+    rows = [
+        {
+            "user": f"hang in the air for {n} seconds",
+            "assistant": wrappers[n % 4](answer(n)),
+            "category": spellings[n // 4 % 4],
+        }
+        for n in range(12)
+    ]
+    fake.on_tool("write_examples", lambda body: {"examples": rows})
+    plan = ExperimentPlan(
+        hypothesis="h", search_space={}, num_samples=2, augment_focus=["Hover", "HOVER"], augment_n=10
+    )
+    from forge_ml.llm import make_client
+
+    result = augment_data(cfg, example_project, plan, 2, failures=[], claude=make_client(cfg.planner))
+    assert result.added == 10 and result.dropped == {"beyond the number asked for": 2}
+    # rows 0..9: wrapped unless n % 4 == 0 (7 of 10); respelt unless n // 4 % 4 == 0 (6 of 10)
+    assert result.mended == {"answer unwrapped to its JSON": 7, "category respelt": 6}
+    added = read_examples(root / "dataset" / "canonical.jsonl")[len(before) :]
+    assert [e.assistant for e in added] == [answer(n) for n in range(10)]
+    assert {e.category for e in added} == {"hover"} and {e.meta["focus"] for e in added} == {"hover"}
+    assert "Write 10 new examples for the categories hover " in _user_text(fake.requests[0])
+    assert result.metrics()["data/mended/answer_unwrapped_to_its_JSON"] == 7
 
 
 def test_offline_data_is_split_in_proportion_to_gold_failures():

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_ml.augment.offline import GENERATOR_FILE, generate_offline, load_generator
-from forge_ml.augment.validate import admit, refuse_garbage
+from forge_ml.augment.validate import Conventions, admit, refuse_garbage
 from forge_ml.config import ForgeConfig
 from forge_ml.data.examples import dataset_hash, read_examples
 from forge_ml.data.project_data import read_gold, read_system_prompt
@@ -37,6 +37,9 @@ class AugmentResult:
     requested: int
     writer: str  # claude | generator | none
     dropped: dict[str, int] = field(default_factory=dict)
+    mended: dict[str, int] = field(
+        default_factory=dict
+    )  # changes made to the rows kept (validate.Conventions)
     by_source: dict[str, int] = field(default_factory=dict)
     by_category: dict[str, int] = field(default_factory=dict)
     dataset_hash: str = ""
@@ -46,10 +49,10 @@ class AugmentResult:
 
     def metrics(self) -> dict[str, float]:
         data = {"data/added": float(self.added), "data/canonical_size": float(self.size)}
-        data |= {
-            f"data/dropped/{k.replace(' ', '_').replace(chr(39), '')}": float(v)
-            for k, v in self.dropped.items()
-        }
+        for kind, counts in (("dropped", self.dropped), ("mended", self.mended)):
+            data |= {
+                f"data/{kind}/{k.replace(' ', '_').replace(chr(39), '')}": float(v) for k, v in counts.items()
+            }
         return data
 
 
@@ -83,9 +86,12 @@ def augment_data(
     gold = {e.key for e in gold_examples}
     known = {e.key for e in existing}
     scorer = make_scorer(cfg.eval, project.root, probe=gold_examples)
-    meta = {"source": SOURCE, "round": round_number, "focus": ",".join(plan.augment_focus)}
+    conventions = Conventions.of([*gold_examples, *existing])
+    focus = list(dict.fromkeys(conventions.category(name) for name in plan.augment_focus))
+    meta = {"source": SOURCE, "round": round_number, "focus": ",".join(focus)}
     kept: list = []
     dropped: Counter = Counter()
+    mended: Counter = Counter()
     if claude is not None:
         from forge_ml.augment.claude import write_examples
 
@@ -94,15 +100,23 @@ def augment_data(
             claude,
             cfg.planner,
             n=plan.augment_n,
-            focus=plan.augment_focus,
+            focus=focus,
             notes=project_notes(project.root),
             system_prompt=read_system_prompt(project, cfg.task),
             samples=existing[:: max(1, len(existing) // 8)][:8],
             failures=failures,
             usage=result.usage,
         )
-        admission = admit(rows, scorer=scorer, known=known, gold=gold, meta=meta)
-        kept, dropped = admission.kept[: plan.augment_n], admission.dropped
+        admission = admit(
+            rows,
+            scorer=scorer,
+            known=known,
+            gold=gold,
+            meta=meta,
+            conventions=conventions,
+            limit=plan.augment_n,
+        )
+        kept, dropped, mended = admission.kept, admission.dropped, admission.mended
     else:
         generate = load_generator(project.root)
         if generate is None:
@@ -120,17 +134,20 @@ def augment_data(
             wanted = plan.augment_n - len(kept)
             seed = cfg.tune.seed * 100_003 + round_number * 101 + attempt
             rows = []
-            for focus, n in allocate(wanted, plan.augment_focus, failures):
-                rows += generate_offline(generate, path, n, seed=seed, focus=focus)
-            admission = admit(rows, scorer=scorer, known=known, gold=gold, meta=meta)
+            for names, n in allocate(wanted, focus, failures):
+                rows += generate_offline(generate, path, n, seed=seed, focus=names)
+            admission = admit(
+                rows, scorer=scorer, known=known, gold=gold, meta=meta, conventions=conventions, limit=wanted
+            )
             refuse_garbage(path, rows, admission)
-            kept += admission.kept[:wanted]
+            kept += admission.kept
             dropped += admission.dropped
+            mended += admission.mended
             if len(kept) >= plan.augment_n:
                 break
     if kept:
         append_examples(canonical_path, kept)
-    result.added, result.dropped = len(kept), dict(dropped)
+    result.added, result.dropped, result.mended = len(kept), dict(dropped), dict(mended)
     return _summary(existing + kept, result)
 
 

@@ -1,8 +1,18 @@
-"""Admission of generated examples: well-formed, answer the scorer accepts, new, and never a gold input."""
+"""Admission of generated examples: well-formed, answer the scorer accepts, new, and never a gold input.
+
+Before the checks, a row is brought into the project's own form (`Conventions`): a category
+spelt another way ("Goto Waypoint") takes the project's spelling ("goto_waypoint"), and where
+every answer the project has is a bare JSON document, an answer that wraps one in a code fence
+or a sentence is cut down to the document. A writer (Claude most of all) does both now and
+then; trained on as written, the model would learn to wrap its answers too.
+"""
 
 from __future__ import annotations
 
+import json
+import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -13,12 +23,93 @@ from forge_ml.evaluation.scorers import Scorer
 
 MALFORMED = "malformed"  # drop reasons, as reported in `dropped`
 UNPARSED = "answer fails the scorer's parse"
+BEYOND = "beyond the number asked for"
+NO_DOCUMENT = "answer holds no JSON document"  # where every answer of the project is one
+UNWRAPPED = "answer unwrapped to its JSON"  # mends, as reported in `mended`
+RESPELT = "category respelt"
+
+_FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n(.*?)\n?```", re.DOTALL)
+_SEPARATORS = re.compile(r"[\s_-]+")
 
 
 @dataclass
 class Admission:
     kept: list[Example] = field(default_factory=list)
     dropped: Counter = field(default_factory=Counter)  # reason -> count
+    mended: Counter = field(default_factory=Counter)  # reason -> count, of the rows kept
+
+
+def fold_category(name: str) -> str:
+    """The form two spellings of one category share: case, spaces, `-` and `_` aside."""
+    return _SEPARATORS.sub("_", name.strip()).casefold()
+
+
+def bare_json(text: str) -> bool:
+    """Whether `text` is one JSON object or array and nothing else (whitespace aside)."""
+    try:
+        return isinstance(json.loads(text), (dict, list))
+    except ValueError:
+        return False
+
+
+def unwrap_json(text: str) -> str | None:
+    """The JSON object or array `text` wraps (in a code fence, or after a sentence), exactly as
+    written there; None when there is none."""
+    body = text.strip()
+    fenced = _FENCE.search(body)
+    if fenced and bare_json(fenced.group(1)):
+        return fenced.group(1).strip()
+    starts = [i for i in (body.find("{"), body.find("[")) if i >= 0]
+    if not starts:
+        return None
+    start = min(starts)
+    try:
+        value, end = json.JSONDecoder().raw_decode(body[start:])
+    except ValueError:
+        return None
+    return body[start : start + end] if isinstance(value, (dict, list)) else None
+
+
+@dataclass(frozen=True)
+class Conventions:
+    """The form of the project's own examples, which generated rows are brought into."""
+
+    categories: dict[str, str] = field(default_factory=dict)  # folded name -> the project's spelling
+    json_answers: bool = False  # every answer the project has is a bare JSON document
+
+    @classmethod
+    def of(cls, examples: Iterable[Example], categories: Iterable[str] = ()) -> Conventions:
+        """The conventions `examples` (gold first: its spelling wins) and any further category names show."""
+        spellings: dict[str, str] = {}
+        answers = 0
+        all_json = True
+        for example in examples:
+            if example.category:
+                spellings.setdefault(fold_category(example.category), example.category)
+            answers += 1
+            all_json = all_json and bare_json(example.assistant)
+        for name in categories:
+            spellings.setdefault(fold_category(name), name)
+        return cls(spellings, json_answers=answers > 0 and all_json)
+
+    def category(self, name: str) -> str:
+        """The project's spelling of `name`, or `name` when the project has no such category."""
+        return self.categories.get(fold_category(name), name)
+
+    def mend(self, example: Example, mended: Counter) -> str | None:
+        """Bring `example` into the project's form in place, counting each change in `mended`;
+        return why it cannot be (a drop reason), or None."""
+        category = example.category
+        if category and self.category(category) != category:
+            example.meta = {**example.meta, "category": self.category(category)}
+            mended[RESPELT] += 1
+        if self.json_answers and not bare_json(example.assistant):
+            inner = unwrap_json(example.assistant)
+            if inner is None:
+                return NO_DOCUMENT
+            example.assistant = inner
+            mended[UNWRAPPED] += 1
+        return None
 
 
 def as_example(row: Any) -> Example | None:
@@ -59,16 +150,27 @@ def admit(
     known: KeySet,
     gold: set[str],
     meta: dict[str, Any],
+    conventions: Conventions | None = None,
+    limit: int | None = None,
 ) -> Admission:
-    """Return the rows worth adding; `known` (normalised user texts already present) grows as rows are kept."""
+    """Return the rows worth adding (`limit` at most), mended to `conventions` where given; `known`
+    (normalised user texts already present) grows as rows are kept."""
     result = Admission()
-    for row in rows:
+    for index, row in enumerate(rows):
+        if limit is not None and len(result.kept) >= limit:
+            result.dropped[BEYOND] += len(rows) - index
+            break
         example = as_example(row)
         if example is None:
             result.dropped[MALFORMED] += 1
             continue
         if not example.user or not example.assistant:
             result.dropped["empty turn"] += 1
+            continue
+        mended: Counter = Counter()
+        unfit = conventions.mend(example, mended) if conventions is not None else None
+        if unfit is not None:
+            result.dropped[unfit] += 1
             continue
         if example.category and not safe_category(example.category):  # it becomes MLflow keys
             result.dropped["unsafe category name"] += 1
@@ -90,6 +192,7 @@ def admit(
         example.meta = {**example.meta, **meta}
         known.add(key)
         result.kept.append(example)
+        result.mended += mended
     return result
 
 
@@ -101,10 +204,11 @@ def refuse_garbage(path: Path, rows: list[Any], admission: Admission) -> None:
     malformed = admission.dropped.get(MALFORMED, 0)
     if malformed == len(rows):
         raise InputError(f"{path}: generate() returned {len(rows)} row(s), none of them an example")
-    if malformed + admission.dropped.get(UNPARSED, 0) == len(rows):
+    unparsed = admission.dropped.get(UNPARSED, 0) + admission.dropped.get(NO_DOCUMENT, 0)
+    if malformed + unparsed == len(rows):
         raise InputError(
             f"{path}: generate() returned {len(rows)} row(s), none with an answer the scorer accepts "
-            f"({admission.dropped.get(UNPARSED, 0)} fail the scorer's parse)"
+            f"({unparsed} fail the scorer's parse)"
         )
 
 

@@ -17,6 +17,7 @@ DATA_KEYS = (
     "requested",
     "added",
     "dropped",
+    "mended",
     "by_category",
     "focus",
     "output",
@@ -99,6 +100,9 @@ def _print_data(summary: Any) -> None:
     if summary.dropped:
         dropped = ", ".join(f"{n} {reason}" for reason, n in sorted(summary.dropped.items()))
         results.print(f"dropped: {dropped}", highlight=False)
+    if summary.mended:
+        mended = ", ".join(f"{n} {reason}" for reason, n in sorted(summary.mended.items()))
+        results.print(f"mended to the project's form: {mended}", highlight=False)
     if summary.writer == "claude":
         results.print(
             f"Claude: {summary.requests} request(s)"

@@ -35,7 +35,7 @@ from forge_ml.augment.requests import (
     send_concurrent,
     system_blocks,
 )
-from forge_ml.augment.validate import admit, refuse_garbage
+from forge_ml.augment.validate import Admission, Conventions, admit, refuse_garbage
 from forge_ml.config import ForgeConfig
 from forge_ml.console import console
 from forge_ml.data.examples import Example, read_examples
@@ -61,7 +61,6 @@ KINDS = ("generate", "patch", "augment")  # each is also the `meta.source` of wh
 DEFAULT_BATCH_WAIT_S = 24 * 3600.0  # a Message Batch expires after 24 hours
 MAX_N = 100_000
 MAX_PER_REQUEST = 500
-BEYOND_N = "beyond --n"
 
 
 @dataclass(frozen=True)
@@ -92,6 +91,7 @@ class DataSummary:
     dry_run: bool = False
     added: int | None = None
     dropped: dict[str, int] = field(default_factory=dict)
+    mended: dict[str, int] = field(default_factory=dict)  # changes made to the examples added
     by_category: dict[str, int] = field(default_factory=dict)
     dataset_size: int | None = None
     dataset_hash: str | None = None
@@ -109,6 +109,7 @@ class DataSummary:
             "requested": self.requested,
             "added": self.added,
             "dropped": self.dropped,
+            "mended": self.mended,
             "by_category": self.by_category,
             "focus": self.focus,
             "output": str(self.output),
@@ -138,6 +139,7 @@ class _Inputs:
     generate: Any  # the project's generate(), or None when Claude writes
     generator_path: Path
     gold_examples: list[Example] = field(default_factory=list)  # to try the scorer on before a run starts
+    conventions: Conventions = field(default_factory=Conventions)  # the form added examples are brought into
 
 
 def spread_rows(canonical: ExampleTable, seed: list[Example], k: int = SAMPLES_SHOWN) -> list[Example]:
@@ -246,6 +248,7 @@ def prepare(cfg: ForgeConfig, project: Project, job: DataJob) -> _Inputs:
         gold_examples=gold,
     )
     in_canonical = [c for c in canonical.column("category").unique().to_pylist() if c]
+    inputs.conventions = Conventions.of([*gold, *seed, *inputs.samples], categories=in_canonical)
     inputs.focus = _focus(job, inputs, sorted(set(known_categories(gold, seed)) | set(in_canonical)), claude)
     return inputs
 
@@ -336,25 +339,25 @@ def _seed(inputs: _Inputs, kind: str, attempt: int) -> int:
     return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
 
 
-def _offline_examples(job: DataJob, inputs: _Inputs, admit_rows: Callable) -> tuple[list, Counter]:
+def _offline_examples(job: DataJob, inputs: _Inputs, admit_rows: Callable) -> Admission:
     """Admitted examples from generator.py, asking again (up to ATTEMPTS calls) to make up for drops."""
     path = inputs.generator_path
-    kept: list[Example] = []
-    dropped: Counter = Counter()
+    total = Admission()
     for attempt in range(ATTEMPTS):
-        wanted = job.n - len(kept)
+        wanted = job.n - len(total.kept)
         rows: list[Any] = []
         for focus, n in allocate(wanted, inputs.focus, inputs.failures):
             rows += generate_offline(
                 inputs.generate, path, n, seed=_seed(inputs, job.kind, attempt), focus=focus
             )
-        admission = admit_rows(rows)
+        admission = admit_rows(rows, wanted)
         refuse_garbage(path, rows, admission)
-        kept += admission.kept[:wanted]
-        dropped += admission.dropped
-        if len(kept) >= job.n:
+        total.kept += admission.kept
+        total.dropped += admission.dropped
+        total.mended += admission.mended
+        if len(total.kept) >= job.n:
             break
-    return kept, dropped
+    return total
 
 
 def _write(
@@ -394,8 +397,16 @@ def run_data_job(
     if inputs.focus:
         meta["focus"] = ",".join(inputs.focus)
 
-    def admit_rows(rows: list[Any]):
-        return admit(rows, scorer=scorer, known=inputs.known, gold=inputs.gold, meta=meta)
+    def admit_rows(rows: list[Any], limit: int) -> Admission:
+        return admit(
+            rows,
+            scorer=scorer,
+            known=inputs.known,
+            gold=inputs.gold,
+            meta=meta,
+            conventions=inputs.conventions,
+            limit=limit,
+        )
 
     lock = ProjectLock(project) if job.output is None else nullcontext()  # canonical: one writer at a time
     with lock, Tracker(cfg, project).start_run(job.kind, _start_tags(job, writer, inputs)) as run:
@@ -414,24 +425,22 @@ def run_data_job(
         )
         try:
             if inputs.generate is None:
-                admission = admit_rows(_claude_rows(cfg, project, job, inputs, summary, run))
-                kept, dropped = admission.kept, admission.dropped
+                admission = admit_rows(_claude_rows(cfg, project, job, inputs, summary, run), job.n)
             else:
-                kept, dropped = _offline_examples(job, inputs, admit_rows)
+                admission = _offline_examples(job, inputs, admit_rows)
         finally:
             if writer == "claude":
                 _log_usage(run, cfg, job, summary)
-        if len(kept) > job.n:
-            dropped[BEYOND_N] += len(kept) - job.n
-            kept = kept[: job.n]
+        kept, dropped = admission.kept, admission.dropped
         dataset = _write(cfg, project, job, inputs, kept)
-        summary.added, summary.dropped = len(kept), dict(dropped)
+        summary.added, summary.dropped, summary.mended = len(kept), dict(dropped), dict(admission.mended)
         summary.by_category = dict(Counter(e.category or "uncategorized" for e in kept))
         summary.dataset_size = len(dataset)
         run.log_metrics(
             {"data/requested": float(job.n), "data/added": float(len(kept))}
             | {"data/dropped": float(sum(dropped.values()))}
             | count_metrics("data/dropped", dropped)
+            | count_metrics("data/mended", admission.mended)
             | count_metrics("data/added", summary.by_category)
         )
         name = "canonical" if job.output is None else inputs.target.stem

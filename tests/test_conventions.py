@@ -1,0 +1,140 @@
+"""Generated rows brought into the project's form (augment/validate.py `Conventions`), over drawn
+JSON answers, the ways a writer wraps them, and the ways it spells a category."""
+
+from __future__ import annotations
+
+import json
+import string
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from forge_ml.augment.validate import (
+    RESPELT,
+    UNWRAPPED,
+    Conventions,
+    admit,
+    bare_json,
+    fold_category,
+    unwrap_json,
+)
+from forge_ml.data.examples import Example
+from forge_ml.evaluation.scorers import json_field, json_match
+
+SCALARS = st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.text(max_size=12)
+JSON_VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+DOCUMENTS = st.dictionaries(st.text(max_size=8), JSON_VALUES, max_size=5) | st.lists(JSON_VALUES, max_size=5)
+# Prose a writer puts around its JSON: no brace or bracket before the document, no backticks.
+PROSE = st.text(alphabet=string.ascii_letters + string.digits + " .,:;!?'\n", max_size=40)
+
+
+@st.composite
+def written(draw) -> tuple[str, str]:
+    """A document as some writer serialises it, and an answer that wraps it (or not)."""
+    value = draw(DOCUMENTS)
+    text = json.dumps(
+        value,
+        indent=draw(st.sampled_from([None, 1, 2])),
+        separators=draw(st.sampled_from([None, (",", ":")])),
+        ensure_ascii=draw(st.booleans()),
+    )
+    how = draw(st.sampled_from(["bare", "fence", "prose", "prose+fence"]))
+    lang = draw(st.sampled_from(["", "json", "JSON"]))
+    before, after = draw(PROSE), draw(PROSE)
+    if how == "bare":
+        answer = f"  {text}\n"
+    elif how == "fence":
+        answer = f"```{lang}\n{text}\n```"
+    elif how == "prose":
+        answer = f"{before.rstrip()}\n{text}\n{after}"
+    else:
+        answer = f"{before}\n```{lang}\n{text}\n```\n{after}"
+    return text, answer
+
+
+@settings(max_examples=300, deadline=None)
+@given(written())
+def test_a_wrapped_json_answer_unwraps_to_the_document_as_written(case):
+    text, answer = case
+    inner = unwrap_json(answer)
+    assert inner == text and bare_json(inner)
+    conventions = Conventions.of([Example("take off", '{"cmd": "takeoff"}')])
+    example = Example("go", answer)
+    mended: Counter = Counter()
+    conventions.mend(example, mended)
+    assert example.assistant == (answer if bare_json(answer) else text)
+    assert mended == (Counter() if bare_json(answer) else Counter({UNWRAPPED: 1}))
+
+
+@settings(max_examples=200, deadline=None)
+@given(written(), st.text(min_size=1, max_size=30).filter(lambda t: not bare_json(t)))
+def test_a_project_whose_answers_are_not_all_json_keeps_answers_as_written(case, free_text):
+    _, answer = case
+    conventions = Conventions.of([Example("a", '{"cmd": "land"}'), Example("b", free_text)])
+    assert not conventions.json_answers
+    example = Example("go", answer)
+    conventions.mend(example, Counter())
+    assert example.assistant == answer
+
+
+@settings(max_examples=200, deadline=None)
+@given(PROSE.filter(lambda t: "{" not in t and "[" not in t))
+def test_an_answer_with_no_document_is_left_for_the_scorer_to_drop(prose):
+    assert unwrap_json(prose) is None
+    rows = [{"user": "fly home", "assistant": prose, "category": "rtl"}]
+    result = admit(
+        rows,
+        scorer=json_match,
+        known=set(),
+        gold=set(),
+        meta={},
+        conventions=Conventions.of([Example("x", "{}")]),
+    )
+    assert not result.kept and sum(result.dropped.values()) == 1
+
+
+NAMES = st.from_regex(r"[a-z][a-z0-9]{1,7}(_[a-z0-9]{1,7}){0,2}", fullmatch=True)
+
+
+@st.composite
+def respelt(draw, name: str) -> str:
+    """`name` as a writer might spell it: any case, `_` as a space or `-`, spaces around."""
+    chars = [c.upper() if draw(st.booleans()) else c for c in name]
+    sep = draw(st.sampled_from(["_", " ", "-", "__"]))
+    return (
+        draw(st.sampled_from(["", " "])) + "".join(chars).replace("_", sep) + draw(st.sampled_from(["", " "]))
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(NAMES, min_size=1, max_size=6, unique_by=fold_category), st.data())
+def test_a_category_spelt_another_way_takes_the_projects_spelling(names, data):
+    conventions = Conventions.of([Example(f"u{i}", "{}", {"category": n}) for i, n in enumerate(names)])
+    name = data.draw(st.sampled_from(names))
+    spelling = data.draw(respelt(name))
+    assert conventions.category(spelling) == name
+    new = data.draw(NAMES.filter(lambda n: fold_category(n) not in {fold_category(m) for m in names}))
+    assert conventions.category(new) == new  # a category the project lacks stays as written
+
+    rows = [{"user": "hold here", "assistant": '{"cmd": "hover"}', "category": spelling}]
+    result = admit(rows, scorer=json_field("cmd"), known=set(), gold=set(), meta={}, conventions=conventions)
+    assert [e.category for e in result.kept] == [name]
+    assert result.mended == ({RESPELT: 1} if spelling != name else {})
+
+
+def test_gold_spelling_wins_and_names_from_the_table_count():
+    conventions = Conventions.of(
+        [
+            Example("a", "{}", {"category": "Goto_Waypoint"}),
+            Example("b", "{}", {"category": "goto_waypoint"}),
+        ],
+        categories=["return-home"],
+    )
+    assert conventions.category("goto waypoint") == "Goto_Waypoint"
+    assert conventions.category("RETURN HOME") == "return-home"
+    assert Conventions().category("Hover") == "Hover" and not Conventions().json_answers
