@@ -75,13 +75,22 @@ def test_offline_fix_drops_exact_duplicates_and_logs_the_previous_file(audit_pro
     canonical = root / "dataset" / "canonical.jsonl"
     lines = canonical.read_text().splitlines()
     del lines[4]  # the gold input
+    wrapped = [
+        f"```json\n{answer('loiter', radius_m=20, duration_s=0)}\n```",
+        f"Sure! Here is the command: {answer('hover', duration_s=5)} (hovering in place)",
+    ]
+    lines += [json.dumps(record(u, a, "x")) for u, a in zip(["circle here", "hang for 5 s"], wrapped)]
     canonical.write_text("\n".join(lines) + "\n")
     before = canonical.read_bytes()
 
     result, data = cli(root, "audit", "--fix", "planner=offline")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "offline, --fix can only drop exact duplicates" in result.stderr
-    assert data["dropped"] == [2] and data["fixed"] == [] and data["refused"] == []
+    assert "offline, --fix drops exact duplicates and unwraps wrapped JSON answers" in result.stderr
+    assert {(f["index"], f["check"], f["severity"]) for f in data["findings"] if f["check"] == "form"} == {
+        (6, "form", "warning"),
+        (7, "form", "warning"),
+    }
+    assert data["dropped"] == [2] and data["fixed"] == [6, 7] and data["refused"] == []
     after = read_examples(canonical)
     assert [e.user for e in after] == [
         "climb five meters",
@@ -89,6 +98,12 @@ def test_offline_fix_drops_exact_duplicates_and_logs_the_previous_file(audit_pro
         "land now",
         "hold still for 10 s",
         "go home",
+        "circle here",
+        "hang for 5 s",
+    ]
+    assert [e.assistant for e in after[-2:]] == [
+        answer("loiter", radius_m=20, duration_s=0),
+        answer("hover", duration_s=5),
     ]
     assert data["previous_hash"] != data["dataset_hash"]
 
@@ -113,7 +128,7 @@ def _review(body: dict) -> dict:
         0: {
             "severity": "error",
             "issue": "5 m is a descent here",
-            "suggested_fix": answer("descend", meters=5),
+            "suggested_fix": f"```json\n{answer('descend', meters=5)}\n```",  # cut to its JSON
         },
         1: {
             "severity": "warning",

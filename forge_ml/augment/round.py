@@ -86,7 +86,10 @@ def augment_data(
     gold = {e.key for e in gold_examples}
     known = {e.key for e in existing}
     scorer = make_scorer(cfg.eval, project.root, probe=gold_examples)
-    conventions = Conventions.of([*gold_examples, *existing])
+    seed = read_examples(project.resolve(cfg.task.seed_path), required=False)
+    conventions = Conventions.of(
+        [*gold_examples, *seed], categories=[e.category for e in existing if e.category]
+    )
     focus = list(dict.fromkeys(conventions.category(name) for name in plan.augment_focus))
     meta = {"source": SOURCE, "round": round_number, "focus": ",".join(focus)}
     kept: list = []

@@ -78,12 +78,15 @@ class Conventions:
     json_answers: bool = False  # every answer the project has is a bare JSON document
 
     @classmethod
-    def of(cls, examples: Iterable[Example], categories: Iterable[str] = ()) -> Conventions:
-        """The conventions `examples` (gold first: its spelling wins) and any further category names show."""
+    def of(cls, reference: Iterable[Example], categories: Iterable[str] = ()) -> Conventions:
+        """The conventions of the examples the user wrote (`reference`: gold, then seed; gold's
+        spelling wins), with further category names (canonical's) that keep their own spelling.
+
+        Only the reference decides the answers' form: canonical may already hold wrapped answers."""
         spellings: dict[str, str] = {}
         answers = 0
         all_json = True
-        for example in examples:
+        for example in reference:
             if example.category:
                 spellings.setdefault(fold_category(example.category), example.category)
             answers += 1

@@ -92,7 +92,8 @@ def _print_audit(summary: Any, args: Any) -> None:
         return
     if summary.reviewer == "rules":
         console.print(
-            "offline, --fix can only drop exact duplicates; the other findings need Claude or a hand edit",
+            "offline, --fix drops exact duplicates and unwraps wrapped JSON answers; the other findings need "
+            "Claude or a hand edit",
             soft_wrap=True,
         )
     if summary.fix.refused:

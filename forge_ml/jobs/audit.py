@@ -1,14 +1,16 @@
 """`forge-ml audit`: review every canonical example, report the problems, optionally fix them in place.
 
-Rules run always: an answer the scorer cannot parse, a duplicate (same normalised user text and
-the same answer), the same input with conflicting answers, a training input that matches a gold
-input. With Claude (planner.backend auto + ANTHROPIC_API_KEY, or claude) every example is also
+Rules run always: an answer the scorer cannot parse, an answer that wraps its JSON in a code
+fence or a sentence where the user's own answers (gold, seed) are bare JSON (the fix is the JSON
+alone), a duplicate (same normalised user text and the same answer), the same input with
+conflicting answers, a training input that matches a gold input. With Claude (planner.backend auto + ANTHROPIC_API_KEY, or claude) every example is also
 reviewed through the forced tool `review_examples`, in batches sent concurrently, the examples
 passed as quoted data.
 
 `--fix` rewrites the flagged examples at or above `--min-severity`: duplicates are dropped (the
 first stays), and Claude's suggested fixes replace the answer (or the user text and the answer).
-A fix is applied only when the new answer passes the scorer's parse, the new user text is not a
+A fix's answer is brought into the project's form first (a wrapped JSON answer is cut to its
+JSON), and it is applied only when the new answer passes the scorer's parse, the new user text is not a
 gold input and duplicates no other example; the rewritten file must read back and pass the
 gold-overlap check. The previous canonical.jsonl is logged to the audit's MLflow run (artifact +
 dataset input, context "previous") before the file is replaced atomically.
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from forge_ml.augment.validate import Conventions, bare_json, unwrap_json
 from forge_ml.config import ForgeConfig
 from forge_ml.data.examples import Example, dataset_hash, normalize_text, parse_record, read_examples
 from forge_ml.data.project_data import check_gold_overlap, read_gold
@@ -102,10 +105,30 @@ def parses(scorer: Scorer, answer: str) -> bool:
         return False
 
 
+def _form_finding(i: int, answer: str, conventions: Conventions) -> Finding | None:
+    """A finding when the answer is not bare JSON while the user's own answers all are."""
+    if not conventions.json_answers or bare_json(answer):
+        return None
+    inner = unwrap_json(answer)
+    if inner is None:
+        return Finding(
+            i,
+            "error",
+            "the answer holds no JSON document; gold's and the seed's answers are bare JSON",
+            check="form",
+        )
+    issue = "the answer wraps its JSON in text; gold's and the seed's answers are bare JSON (--fix keeps the JSON)"
+    return Finding(i, "warning", issue, suggested_fix=inner, check="form")
+
+
 def rule_findings(
-    examples: list[Example], gold: list[Example], scorer: Scorer, scorer_name: str
+    examples: list[Example],
+    gold: list[Example],
+    scorer: Scorer,
+    scorer_name: str,
+    conventions: Conventions | None = None,
 ) -> list[Finding]:
-    """Findings no model is needed for: format, duplicates, conflicting answers, gold overlap."""
+    """Findings no model is needed for: format, form, duplicates, conflicting answers, gold overlap."""
     gold_keys = {ex.key for ex in gold}
     first: dict[str, int] = {}
     findings = []
@@ -119,6 +142,8 @@ def rule_findings(
                     check="format",
                 )
             )
+        elif conventions is not None and (form := _form_finding(i, ex.assistant, conventions)):
+            findings.append(form)
         if ex.key in gold_keys:
             findings.append(
                 Finding(
@@ -147,7 +172,12 @@ def rule_findings(
 
 
 def _fixed_example(
-    finding: Finding, ex: Example, scorer: Scorer, scorer_name: str, gold_keys: set[str]
+    finding: Finding,
+    ex: Example,
+    scorer: Scorer,
+    scorer_name: str,
+    gold_keys: set[str],
+    conventions: Conventions,
 ) -> tuple[Example | None, str]:
     """Return (the fixed example, "") or (None, why the fix is refused)."""
     fix = finding.suggested_fix
@@ -162,6 +192,8 @@ def _fixed_example(
     else:
         return None, "suggested_fix is neither an answer string nor an object {user, assistant}"
     user, answer = user.strip(), answer.strip()
+    if conventions.json_answers and not bare_json(answer):
+        answer = unwrap_json(answer) or answer  # a fix written in a code fence
     if not user or not answer:
         return None, "the fix leaves an empty turn"
     if not parses(scorer, answer):
@@ -173,7 +205,12 @@ def _fixed_example(
 
 
 def plan_fixes(
-    examples: list[Example], findings: list[Finding], scorer: Scorer, scorer_name: str, gold: list[Example]
+    examples: list[Example],
+    findings: list[Finding],
+    scorer: Scorer,
+    scorer_name: str,
+    gold: list[Example],
+    conventions: Conventions | None = None,
 ) -> FixOutcome:
     """Apply the findings' fixes to a copy of `examples` (most severe first, one fix per example)."""
     gold_keys = {ex.key for ex in gold}
@@ -190,7 +227,9 @@ def plan_fixes(
         if i in new:
             outcome.refused.append({"index": i, "reason": "another fix of this example was applied"})
             continue
-        fixed, reason = _fixed_example(finding, examples[i], scorer, scorer_name, gold_keys)
+        fixed, reason = _fixed_example(
+            finding, examples[i], scorer, scorer_name, gold_keys, conventions or Conventions()
+        )
         if fixed is not None and (fixed.user, fixed.assistant) == (examples[i].user, examples[i].assistant):
             continue  # the fix is what the file already holds
         if fixed is None:
@@ -241,6 +280,8 @@ def run_audit(
     path, original, examples = _audited_file(project, cfg)
     gold = read_gold(project, cfg.task)
     scorer = make_scorer(cfg.eval, project.root, probe=gold)  # raising fails here, not as a finding on each
+    seed = read_examples(project.resolve(cfg.task.seed_path), required=False)
+    conventions = Conventions.of([*gold, *seed])
     digest = dataset_hash(examples)
     summary = AuditSummary("", path, CLAUDE if claude else RULES, len(examples), [], [], digest, digest)
 
@@ -251,7 +292,7 @@ def run_audit(
     }
     with Tracker(cfg, project).start_run("audit", tags) as run:
         summary.run_id = run.run_id
-        findings = rule_findings(examples, gold, scorer, cfg.eval.scorer)
+        findings = rule_findings(examples, gold, scorer, cfg.eval.scorer, conventions)
         if claude:
             try:
                 found, summary.failed_batches = claude_findings(
@@ -266,7 +307,7 @@ def run_audit(
         summary.findings = sorted(findings, key=lambda f: (f.index, SEVERITIES.index(f.severity)))
         summary.shown = [f for f in summary.findings if at_least(f.severity, min_severity)]
         if fix:
-            summary.fix = plan_fixes(examples, summary.shown, scorer, cfg.eval.scorer, gold)
+            summary.fix = plan_fixes(examples, summary.shown, scorer, cfg.eval.scorer, gold, conventions)
             if summary.fix.changed:
                 summary.fix_blocked = _blocked(summary.fix.examples, gold)
             if summary.fix.changed and summary.fix_blocked is None:

@@ -99,7 +99,7 @@ class Finding:
     severity: str
     issue: str
     suggested_fix: Any = None  # str (new answer) | {"user", "assistant"} | None
-    check: str = CLAUDE  # format | duplicate | conflict | gold_overlap | claude
+    check: str = CLAUDE  # format | form | duplicate | conflict | gold_overlap | claude
     line: str = ""  # file:line of the example
     drop: bool = False
 

@@ -248,7 +248,7 @@ def prepare(cfg: ForgeConfig, project: Project, job: DataJob) -> _Inputs:
         gold_examples=gold,
     )
     in_canonical = [c for c in canonical.column("category").unique().to_pylist() if c]
-    inputs.conventions = Conventions.of([*gold, *seed, *inputs.samples], categories=in_canonical)
+    inputs.conventions = Conventions.of([*gold, *seed], categories=in_canonical)
     inputs.focus = _focus(job, inputs, sorted(set(known_categories(gold, seed)) | set(in_canonical)), claude)
     return inputs
 
