@@ -271,6 +271,44 @@ def test_dry_run_counts_requests_and_estimates_cost_without_calling(project):
     assert canonical(project).read_bytes() == before
 
 
+def test_what_drops_leave_short_is_asked_for_again_until_a_request_adds_nothing(project):
+    (project.root / "output").mkdir(exist_ok=True)
+    _failures(project, ["hover", "hover", "loiter", "land"])
+    known = [
+        {"user": e.user, "assistant": e.assistant, "category": e.category}
+        for e in read_examples(canonical(project))[:3]
+    ]
+    sizes: list[tuple[int, int]] = []  # (categories asked for, examples asked for), per request
+    lock = threading.Lock()
+
+    def writer(body: dict) -> dict:
+        text = body["messages"][0]["content"]
+        size = int(re.search(r"Write (\d+) new examples", text)[1])
+        shown = json.loads(text.split('<data name="categories">\n', 1)[1].split("\n</data>", 1)[0])
+        with lock:
+            sizes.append((len(shown), size))
+            start, again = 100 * len(sizes), sum(1 for k, _ in sizes if k > 1)
+        fresh = [
+            {"user": f"climb {n} metres", "assistant": json.dumps({"cmd": "ascend", "args": {"meters": n}})}
+            for n in range(start, start + size)
+        ]
+        if len(shown) == 1:  # the first requests, one per failing category: one duplicate each
+            return {"examples": fresh[: size - 1] + known[:1]}
+        return {"examples": fresh[:1] + known[:2] if again == 1 else known}
+
+    with FakeAnthropic() as fake:
+        fake.on_tool("write_examples", writer)
+        result, env = cli(project, "augment", "--n", "8", env=claude_env(fake))
+    assert result.returncode == 0, result.stderr
+    # 8 split 2:1:1 over the failing categories, 3 duplicates; the 3 short asked for in one request
+    # over all three, which adds 1; the 2 short asked again, nothing new: no further request
+    assert sorted(sizes[:3]) == [(1, 2), (1, 2), (1, 4)] and sizes[3:] == [(3, 3), (3, 2)]
+    assert env["added"] == 6 and env["requests"] == 5 and env["dropped"] == {"duplicate": 3 + 2 + 3}
+    assert "1 request(s) for the 3 still short after drops" in result.stderr
+    assert len(read_examples(canonical(project))) == START + 6
+    assert the_run(project, "augment").data.metrics["generate/requests"] == 5
+
+
 def test_an_answer_copying_a_gold_input_is_dropped(project):
     gold = read_examples(project.root / "dataset" / "gold.jsonl")[0]
     known = read_examples(canonical(project))[0]

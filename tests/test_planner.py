@@ -264,11 +264,16 @@ def test_written_examples_are_validated_deduplicated_and_never_gold(fake, cfg, e
 
     result = augment_data(cfg, example_project, plan, 4, failures=[], claude=make_client(cfg.planner))
     assert result.writer == "claude" and result.added == 6
+    # 4 short of 10: asked again, the same rows came back, nothing new, so no third call
+    assert [_user_text(r).split(" for ")[0] for r in fake.requests] == [
+        "Write 10 new examples",
+        "Write 4 new examples",
+    ]
     assert result.dropped == {
-        "matches a gold input": 1,
-        "duplicate": 1,
-        "answer holds no JSON document": 1,
-        "empty turn": 1,
+        "matches a gold input": 2,
+        "duplicate": 1 + 7,
+        "answer holds no JSON document": 2,
+        "empty turn": 2,
     }
     after = read_examples(root / "dataset" / "canonical.jsonl")
     assert len(after) == len(canonical) + 6

@@ -50,6 +50,7 @@ class Brief:
     description: str | None  # `patch`: the plain-English request
     samples: list[Example]  # existing training examples, shown for the format
     failures: list[dict[str, Any]]  # gold failures: they split `n` over the focus categories
+    split: bool = True  # False: one share for all the focus (a top-up of a few examples)
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,8 @@ def build_requests(brief: Brief, kind: str) -> list[ExampleRequest]:
     """Split the brief into requests of at most `per_request` examples each, with their user text."""
     shown = [{"user": e.user, "assistant": e.assistant, "category": e.category} for e in brief.samples]
     parts: list[tuple[list[str], int]] = []
-    for focus, n in allocate(brief.n, brief.focus, brief.failures):
+    shares = allocate(brief.n, brief.focus, brief.failures) if brief.split else [(brief.focus, brief.n)]
+    for focus, n in shares:
         parts += [(focus, min(brief.per_request, n - start)) for start in range(0, n, brief.per_request)]
     requests = []
     for index, (focus, size) in enumerate(parts):

@@ -1,8 +1,10 @@
 """A flywheel round's new training examples, aimed at its plan's focus and the latest failures.
 
 Claude writes them (`write_examples`) when the planner uses Claude; otherwise the project's
-generator.py does. Every example is admitted by `validate.admit` (well-formed, accepted by the
-scorer, new, not a gold input) and carries `meta.source`, `meta.round` and `meta.focus`.
+generator.py does. Every example is brought into the project's form and admitted by
+`validate.admit` (well-formed, accepted by the scorer, new, not a gold input), and carries
+`meta.source`, `meta.round` and `meta.focus`. Either writer is asked again for what the drops left
+short (ATTEMPTS calls at most; Claude's stop at a call that adds nothing).
 Appending rewrites canonical.jsonl atomically, once per round: a resumed round that already
 added its examples adds nothing again.
 """
@@ -16,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from forge_ml.augment.offline import GENERATOR_FILE, generate_offline, load_generator
-from forge_ml.augment.validate import Conventions, admit, refuse_garbage
+from forge_ml.augment.validate import Admission, Conventions, admit, refuse_garbage
 from forge_ml.config import ForgeConfig
 from forge_ml.data.examples import dataset_hash, read_examples
 from forge_ml.data.project_data import read_gold, read_system_prompt
 from forge_ml.evaluation.scorers import make_scorer
 from forge_ml.fileio import atomic_write_text
-from forge_ml.llm import Usage, project_notes
+from forge_ml.llm import ClaudeUnavailable, Usage, project_notes
 from forge_ml.planner.plan import ExperimentPlan
 from forge_ml.project import Project
 
@@ -92,34 +94,35 @@ def augment_data(
     )
     focus = list(dict.fromkeys(conventions.category(name) for name in plan.augment_focus))
     meta = {"source": SOURCE, "round": round_number, "focus": ",".join(focus)}
-    kept: list = []
-    dropped: Counter = Counter()
-    mended: Counter = Counter()
+    total = Admission()
     if claude is not None:
         from forge_ml.augment.claude import write_examples
 
         result.writer = "claude"
-        rows = write_examples(
-            claude,
-            cfg.planner,
-            n=plan.augment_n,
-            focus=focus,
-            notes=project_notes(project.root),
-            system_prompt=read_system_prompt(project, cfg.task),
-            samples=existing[:: max(1, len(existing) // 8)][:8],
-            failures=failures,
-            usage=result.usage,
-        )
-        admission = admit(
-            rows,
-            scorer=scorer,
-            known=known,
-            gold=gold,
-            meta=meta,
-            conventions=conventions,
-            limit=plan.augment_n,
-        )
-        kept, dropped, mended = admission.kept, admission.dropped, admission.mended
+        for attempt in range(ATTEMPTS):  # again for what drops left short, until a call adds nothing
+            wanted = plan.augment_n - len(total.kept)
+            try:
+                rows = write_examples(
+                    claude,
+                    cfg.planner,
+                    n=wanted,
+                    focus=focus,
+                    notes=project_notes(project.root),
+                    system_prompt=read_system_prompt(project, cfg.task),
+                    samples=existing[:: max(1, len(existing) // 8)][:8],
+                    failures=failures,
+                    usage=result.usage,
+                )
+            except ClaudeUnavailable:
+                if attempt == 0:
+                    raise
+                break
+            admission = admit(
+                rows, scorer=scorer, known=known, gold=gold, meta=meta, conventions=conventions, limit=wanted
+            )
+            total.extend(admission)
+            if len(total.kept) >= plan.augment_n or not admission.kept:
+                break
     else:
         generate = load_generator(project.root)
         if generate is None:
@@ -134,7 +137,7 @@ def augment_data(
         result.writer = "generator"
         path = project.root / GENERATOR_FILE
         for attempt in range(ATTEMPTS):
-            wanted = plan.augment_n - len(kept)
+            wanted = plan.augment_n - len(total.kept)
             seed = cfg.tune.seed * 100_003 + round_number * 101 + attempt
             rows = []
             for names, n in allocate(wanted, focus, failures):
@@ -143,15 +146,13 @@ def augment_data(
                 rows, scorer=scorer, known=known, gold=gold, meta=meta, conventions=conventions, limit=wanted
             )
             refuse_garbage(path, rows, admission)
-            kept += admission.kept
-            dropped += admission.dropped
-            mended += admission.mended
-            if len(kept) >= plan.augment_n:
+            total.extend(admission)
+            if len(total.kept) >= plan.augment_n:
                 break
-    if kept:
-        append_examples(canonical_path, kept)
-    result.added, result.dropped, result.mended = len(kept), dict(dropped), dict(mended)
-    return _summary(existing + kept, result)
+    if total.kept:
+        append_examples(canonical_path, total.kept)
+    result.added, result.dropped, result.mended = len(total.kept), dict(total.dropped), dict(total.mended)
+    return _summary(existing + total.kept, result)
 
 
 def allocate(n: int, focus: list[str], failures: list[dict[str, Any]]) -> list[tuple[list[str], int]]:

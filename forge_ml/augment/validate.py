@@ -38,6 +38,12 @@ class Admission:
     dropped: Counter = field(default_factory=Counter)  # reason -> count
     mended: Counter = field(default_factory=Counter)  # reason -> count, of the rows kept
 
+    def extend(self, other: Admission) -> None:
+        """Add what a further call admitted."""
+        self.kept += other.kept
+        self.dropped += other.dropped
+        self.mended += other.mended
+
 
 def fold_category(name: str) -> str:
     """The form two spellings of one category share: case, spaces, `-` and `_` aside."""

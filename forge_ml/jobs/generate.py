@@ -3,7 +3,8 @@
 Claude writes them with the forced `write_examples` tool (requests in flight at once, bounded by
 `planner.augment_concurrency`, or one Message Batch at half the price) when the planner may use
 it; otherwise the project's generator.py does. Every row passes `admit` (well-formed, accepted by
-the scorer, new, never a gold input) and carries `meta.source` = the command. The examples are
+the scorer, new, never a gold input) and carries `meta.source` = the command; what the drops left
+short of `--n` is asked for again (not in a Message Batch). The examples are
 appended to canonical.jsonl in one atomic rewrite under the project lock (refused while a flywheel
 runs), or written to `--output` (never canonical).
 One MLflow run per invocation (`forge.kind` = the command) records the dataset version after
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections import Counter
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -57,6 +59,7 @@ from forge_ml.planner.history import FAILURES_FILE, read_failures
 from forge_ml.project import Project, ProjectLock
 from forge_ml.tracking import Tracker
 
+log = logging.getLogger(__name__)
 KINDS = ("generate", "patch", "augment")  # each is also the `meta.source` of what it adds
 DEFAULT_BATCH_WAIT_S = 24 * 3600.0  # a Message Batch expires after 24 hours
 MAX_N = 100_000
@@ -253,14 +256,15 @@ def prepare(cfg: ForgeConfig, project: Project, job: DataJob) -> _Inputs:
     return inputs
 
 
-def _brief(cfg: ForgeConfig, job: DataJob, inputs: _Inputs) -> Brief:
+def _brief(cfg: ForgeConfig, job: DataJob, inputs: _Inputs, n: int | None = None) -> Brief:
     return Brief(
-        n=job.n,
+        n=job.n if n is None else n,
         per_request=job.per_request,
         focus=inputs.focus,
         description=job.description if job.kind == "patch" else None,
         samples=inputs.samples,
         failures=inputs.failures,
+        split=n is None,  # what drops left short is asked for in one share
     )
 
 
@@ -286,13 +290,51 @@ def estimate(cfg: ForgeConfig, project: Project, job: DataJob, inputs: _Inputs) 
     return summary
 
 
+def _claude_examples(
+    cfg: ForgeConfig,
+    project: Project,
+    job: DataJob,
+    inputs: _Inputs,
+    summary: DataSummary,
+    run: Any,
+    admit_rows: Callable,
+) -> Admission:
+    """Admitted examples from Claude. Without --batch, what drops left short of `--n` is asked for
+    again (ATTEMPTS rounds of requests at most), until a round adds nothing new."""
+    total = Admission()
+    for attempt in range(1 if job.batch else ATTEMPTS):
+        wanted = job.n - len(total.kept)
+        try:
+            rows = _claude_rows(cfg, project, job, inputs, summary, run, n=wanted, attempt=attempt)
+        except (ConfigError, RuntimeFault) as exc:
+            if attempt == 0:
+                raise
+            log.warning("write_examples: asking again failed (%s); keeping what was admitted", exc)
+            break
+        admission = admit_rows(rows, wanted)
+        total.extend(admission)
+        if len(total.kept) >= job.n or not admission.kept:
+            break
+    return total
+
+
 def _claude_rows(
-    cfg: ForgeConfig, project: Project, job: DataJob, inputs: _Inputs, summary: DataSummary, run: Any
+    cfg: ForgeConfig,
+    project: Project,
+    job: DataJob,
+    inputs: _Inputs,
+    summary: DataSummary,
+    run: Any,
+    *,
+    n: int,
+    attempt: int = 0,
 ) -> list[Any]:
-    """The rows Claude writes; raise ConfigError when Claude can't be used, RuntimeFault when all failed."""
-    requests = build_requests(_brief(cfg, job, inputs), job.kind)
+    """The rows Claude writes for `n` examples; raise ConfigError when Claude can't be used,
+    RuntimeFault when every request failed."""
+    brief = _brief(cfg, job, inputs, n if attempt else None)
+    requests = build_requests(brief, job.kind if attempt == 0 else f"{job.kind}-again{attempt}")
     system = _system(cfg, project)
-    summary.requests = len(requests)
+    summary.requests += len(requests)
     client = make_client(cfg.planner)
 
     def submitted(batch_id: str) -> None:
@@ -314,7 +356,8 @@ def _claude_rows(
                 on_submit=submitted,
             )
         else:
-            console.print(f"write_examples: {len(requests)} request(s) to {cfg.planner.writer_model}")
+            short = f" for the {n} still short after drops" if attempt else ""
+            console.print(f"write_examples: {len(requests)} request(s){short} to {cfg.planner.writer_model}")
             written = send_concurrent(client, cfg.planner, system, requests, summary.usage)
     except ClaudeUnavailable as exc:
         raise ConfigError(
@@ -322,7 +365,7 @@ def _claude_rows(
         ) from exc
     except ClaudeRequestFailed as exc:
         raise RuntimeFault(f"write_examples: {exc}") from exc
-    summary.failed_requests = len(written.failed)
+    summary.failed_requests += len(written.failed)
     _fail_if_nothing(written, len(requests))
     return written.rows
 
@@ -352,9 +395,7 @@ def _offline_examples(job: DataJob, inputs: _Inputs, admit_rows: Callable) -> Ad
             )
         admission = admit_rows(rows, wanted)
         refuse_garbage(path, rows, admission)
-        total.kept += admission.kept
-        total.dropped += admission.dropped
-        total.mended += admission.mended
+        total.extend(admission)
         if len(total.kept) >= job.n:
             break
     return total
@@ -425,7 +466,7 @@ def run_data_job(
         )
         try:
             if inputs.generate is None:
-                admission = admit_rows(_claude_rows(cfg, project, job, inputs, summary, run), job.n)
+                admission = _claude_examples(cfg, project, job, inputs, summary, run, admit_rows)
             else:
                 admission = _offline_examples(job, inputs, admit_rows)
         finally:
