@@ -123,7 +123,8 @@ def _examples_in(body: dict) -> list[dict]:
 
 
 def _review(body: dict) -> dict:
-    """A fixed review per example index: 0 a new answer, 1 new turns, 3 a fix breaking the format, 5 info."""
+    """A fixed review per example index: 0 a new answer (in a code fence), 1 new turns, 3 a fix breaking
+    the format, 4 a new answer as a JSON value, 5 info."""
     reviews = {
         0: {
             "severity": "error",
@@ -136,6 +137,11 @@ def _review(body: dict) -> dict:
             "suggested_fix": {"user": "land right now", "assistant": answer("land")},
         },
         3: {"severity": "error", "issue": "should be rtl", "suggested_fix": "return to launch please"},
+        4: {
+            "severity": "error",
+            "issue": "not JSON",
+            "suggested_fix": json.loads(answer("hover", duration_s=10)),
+        },
         5: {"severity": "info", "issue": "short input", "suggested_fix": None},
     }
     rows = [{"index": e["index"], **reviews[e["index"]]} for e in _examples_in(body) if e["index"] in reviews]
@@ -164,10 +170,10 @@ def test_claude_audit_reviews_in_batches_and_fixes_what_passes_validation(audit_
         result, data = cli(root, "audit", "--fix", "--min-severity", "warning", "--batch-size", "4", env=env)
         assert result.returncode == 0, result.stderr[-3000:]
 
-    assert shown["reviewer"] == "claude" and shown["counts"] == {"error": 4, "warning": 2, "info": 1}
+    assert shown["reviewer"] == "claude" and shown["counts"] == {"error": 5, "warning": 2, "info": 1}
     assert any(f["check"] == "claude" and f["severity"] == "info" for f in shown["findings"])
     assert not any(f["severity"] == "info" for f in data["findings"])  # --min-severity warning
-    assert data["fixed"] == [0, 1] and data["dropped"] == [2]
+    assert data["fixed"] == [0, 1, 4] and data["dropped"] == [2]
     refused = {r["index"]: r["reason"] for r in data["refused"]}
     assert list(refused) == [3] and "scorer's parse" in refused[3]
     after = read_examples(canonical)
@@ -179,11 +185,12 @@ def test_claude_audit_reviews_in_batches_and_fixes_what_passes_validation(audit_
     assert (
         after[2].assistant == answer("rtl") and len(after) == 5
     )  # the refused fix left the answer as it was
+    assert after[3].assistant == answer("hover", duration_s=10)  # a fix given as a JSON value, as text
     assert data["cost_usd"] > 0
 
     client, _ = client_of(root)
     run = client.get_run(data["run_id"])
-    assert run.data.metrics["audit/requests"] == 2 and run.data.metrics["audit/fixed"] == 2
+    assert run.data.metrics["audit/requests"] == 2 and run.data.metrics["audit/fixed"] == 3
     assert run.data.metrics["audit/fix_refused"] == 1 and run.data.metrics["audit/cost_usd"] > 0
     previous = Path(client.download_artifacts(run.info.run_id, "dataset/previous/canonical.jsonl"))
     assert previous.read_bytes() == before

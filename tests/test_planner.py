@@ -311,6 +311,7 @@ def test_written_examples_are_brought_into_the_projects_form(fake, cfg, example_
         }
         for n in range(12)
     ]
+    rows[8]["assistant"] = json.loads(answer(8))  # an object where the tool asks for a string
     fake.on_tool("write_examples", lambda body: {"examples": rows})
     plan = ExperimentPlan(
         hypothesis="h", search_space={}, num_samples=2, augment_focus=["Hover", "HOVER"], augment_n=10
@@ -320,7 +321,11 @@ def test_written_examples_are_brought_into_the_projects_form(fake, cfg, example_
     result = augment_data(cfg, example_project, plan, 2, failures=[], claude=make_client(cfg.planner))
     assert result.added == 10 and result.dropped == {"beyond the number asked for": 2}
     # rows 0..9: wrapped unless n % 4 == 0 (7 of 10); respelt unless n // 4 % 4 == 0 (6 of 10)
-    assert result.mended == {"answer unwrapped to its JSON": 7, "category respelt": 6}
+    assert result.mended == {
+        "answer unwrapped to its JSON": 7,
+        "category respelt": 6,
+        "answer given as a JSON value, written as text": 1,
+    }
     added = read_examples(root / "dataset" / "canonical.jsonl")[len(before) :]
     assert [e.assistant for e in added] == [answer(n) for n in range(10)]
     assert {e.category for e in added} == {"hover"} and {e.meta["focus"] for e in added} == {"hover"}

@@ -1,10 +1,12 @@
 """Admission of generated examples: well-formed, answer the scorer accepts, new, and never a gold input.
 
-Before the checks, a row is brought into the project's own form (`Conventions`): a category
-spelt another way ("Goto Waypoint") takes the project's spelling ("goto_waypoint"), and where
-every answer the project has is a bare JSON document, an answer that wraps one in a code fence
-or a sentence is cut down to the document. A writer (Claude most of all) does both now and
-then; trained on as written, the model would learn to wrap its answers too.
+Before the checks, a row is brought into the project's own form. An answer given as a JSON value
+(an object where the tool asks for a string) is written as JSON text. Then `Conventions`: a
+category spelt another way ("Goto Waypoint") takes the project's spelling ("goto_waypoint"), and
+where every answer the user wrote (gold, seed) is a bare JSON document, an answer that wraps one
+in a code fence or a sentence is cut down to the document, and one without any is dropped. A
+writer (Claude most of all) does each now and then; trained on as written, the model would learn
+to wrap its answers too.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ BEYOND = "beyond the number asked for"
 NO_DOCUMENT = "answer holds no JSON document"  # where every answer of the project is one
 UNWRAPPED = "answer unwrapped to its JSON"  # mends, as reported in `mended`
 RESPELT = "category respelt"
+SERIALISED = "answer given as a JSON value, written as text"
 
 _FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n(.*?)\n?```", re.DOTALL)
 _SEPARATORS = re.compile(r"[\s_-]+")
@@ -169,6 +172,10 @@ def admit(
         if limit is not None and len(result.kept) >= limit:
             result.dropped[BEYOND] += len(rows) - index
             break
+        mended: Counter = Counter()
+        if isinstance(row, dict) and isinstance(row.get("assistant"), (dict, list)):  # JSON as a value
+            row = {**row, "assistant": json.dumps(row["assistant"], ensure_ascii=False)}
+            mended[SERIALISED] += 1
         example = as_example(row)
         if example is None:
             result.dropped[MALFORMED] += 1
@@ -176,7 +183,6 @@ def admit(
         if not example.user or not example.assistant:
             result.dropped["empty turn"] += 1
             continue
-        mended: Counter = Counter()
         unfit = conventions.mend(example, mended) if conventions is not None else None
         if unfit is not None:
             result.dropped[unfit] += 1

@@ -181,6 +181,10 @@ def _fixed_example(
 ) -> tuple[Example | None, str]:
     """Return (the fixed example, "") or (None, why the fix is refused)."""
     fix = finding.suggested_fix
+    if isinstance(fix, dict) and isinstance(fix.get("assistant"), (dict, list)):  # JSON as a value
+        fix = {**fix, "assistant": json.dumps(fix["assistant"], ensure_ascii=False)}
+    elif conventions.json_answers and isinstance(fix, (dict, list)) and "assistant" not in fix:
+        fix = json.dumps(fix, ensure_ascii=False)  # the answer itself, as a value
     if isinstance(fix, str):
         user, answer = ex.user, fix
     elif (
