@@ -78,8 +78,10 @@ def test_offline_fix_drops_exact_duplicates_and_logs_the_previous_file(audit_pro
     wrapped = [
         f"```json\n{answer('loiter', radius_m=20, duration_s=0)}\n```",
         f"Sure! Here is the command: {answer('hover', duration_s=5)} (hovering in place)",
+        '{"cmd":"rtl","args":{}}',  # bare, but not spaced like gold's and the seed's answers
     ]
-    lines += [json.dumps(record(u, a, "x")) for u, a in zip(["circle here", "hang for 5 s"], wrapped)]
+    users = ["circle here", "hang for 5 s", "head home now"]
+    lines += [json.dumps(record(u, a, "x")) for u, a in zip(users, wrapped)]
     canonical.write_text("\n".join(lines) + "\n")
     before = canonical.read_bytes()
 
@@ -89,8 +91,9 @@ def test_offline_fix_drops_exact_duplicates_and_logs_the_previous_file(audit_pro
     assert {(f["index"], f["check"], f["severity"]) for f in data["findings"] if f["check"] == "form"} == {
         (6, "form", "warning"),
         (7, "form", "warning"),
+        (8, "form", "info"),
     }
-    assert data["dropped"] == [2] and data["fixed"] == [6, 7] and data["refused"] == []
+    assert data["dropped"] == [2] and data["fixed"] == [6, 7, 8] and data["refused"] == []
     after = read_examples(canonical)
     assert [e.user for e in after] == [
         "climb five meters",
@@ -100,10 +103,12 @@ def test_offline_fix_drops_exact_duplicates_and_logs_the_previous_file(audit_pro
         "go home",
         "circle here",
         "hang for 5 s",
+        "head home now",
     ]
-    assert [e.assistant for e in after[-2:]] == [
+    assert [e.assistant for e in after[-3:]] == [
         answer("loiter", radius_m=20, duration_s=0),
         answer("hover", duration_s=5),
+        answer("rtl"),
     ]
     assert data["previous_hash"] != data["dataset_hash"]
 

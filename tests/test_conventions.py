@@ -11,12 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forge_ml.augment.validate import (
+    RESPACED,
     RESPELT,
     UNWRAPPED,
     Conventions,
     admit,
     bare_json,
     fold_category,
+    spaced,
     unwrap_json,
 )
 from forge_ml.data.examples import Example
@@ -63,12 +65,31 @@ def test_a_wrapped_json_answer_unwraps_to_the_document_as_written(case):
     text, answer = case
     inner = unwrap_json(answer)
     assert inner == text and bare_json(inner)
-    conventions = Conventions.of([Example("take off", '{"cmd": "takeoff"}')])
+    multiline = Conventions.of(
+        [Example("take off", '{\n "cmd": "takeoff"\n}'), Example("land", '{"cmd": "land"}')]
+    )
+    assert multiline.json_answers and multiline.json_spacing is None  # no one spacing: kept as written
     example = Example("go", answer)
     mended: Counter = Counter()
-    conventions.mend(example, mended)
+    multiline.mend(example, mended)
     assert example.assistant == (answer if bare_json(answer) else text)
     assert mended == (Counter() if bare_json(answer) else Counter({UNWRAPPED: 1}))
+
+
+@settings(max_examples=300, deadline=None)
+@given(written(), st.sampled_from(["spaced", "compact"]), st.lists(DOCUMENTS, min_size=1, max_size=4))
+def test_a_json_answer_takes_the_spacing_every_answer_of_the_project_has(case, spacing, documents):
+    text, answer = case
+    reference = [Example(f"u{i}", spaced(json.dumps(d), spacing)) for i, d in enumerate(documents)]
+    conventions = Conventions.of(reference)
+    assert conventions.json_answers and conventions.json_spacing in (spacing, "spaced")  # "{}" fits both
+    example = Example("go", answer.strip())  # as `admit` reads a row
+    mended: Counter = Counter()
+    assert conventions.mend(example, mended) is None
+    assert example.assistant == spaced(text, conventions.json_spacing)
+    assert json.loads(example.assistant) == json.loads(text) and "\n" not in example.assistant
+    assert mended[RESPACED] == (text.strip() != example.assistant)
+    assert mended[UNWRAPPED] == (not bare_json(answer))
 
 
 @settings(max_examples=200, deadline=None)

@@ -4,9 +4,10 @@ Before the checks, a row is brought into the project's own form. An answer given
 (an object where the tool asks for a string) is written as JSON text. Then `Conventions`: a
 category spelt another way ("Goto Waypoint") takes the project's spelling ("goto_waypoint"), and
 where every answer the user wrote (gold, seed) is a bare JSON document, an answer that wraps one
-in a code fence or a sentence is cut down to the document, and one without any is dropped. A
-writer (Claude most of all) does each now and then; trained on as written, the model would learn
-to wrap its answers too.
+in a code fence or a sentence is cut down to the document, and one without any is dropped; where
+they are all written on one line with the same spacing, the answer is written that way too (an
+exact scorer compares text). A writer (Claude most of all) does each now and then; trained on as
+written, the model would learn to wrap its answers too.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from forge_ml.data.examples import Example, normalize_text, parse_record, safe_category
 from forge_ml.errors import ForgeError, InputError
@@ -30,6 +31,10 @@ NO_DOCUMENT = "answer holds no JSON document"  # where every answer of the proje
 UNWRAPPED = "answer unwrapped to its JSON"  # mends, as reported in `mended`
 RESPELT = "category respelt"
 SERIALISED = "answer given as a JSON value, written as text"
+RESPACED = "answer spaced like the project's JSON"
+
+JsonSpacing = Literal["spaced", "compact"]  # json.dumps' default separators (", ", ": "), or (",", ":")
+_SEPARATORS_OF: dict[str, tuple[str, str]] = {"spaced": (", ", ": "), "compact": (",", ":")}
 
 _FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n(.*?)\n?```", re.DOTALL)
 _SEPARATORS = re.compile(r"[\s_-]+")
@@ -79,12 +84,26 @@ def unwrap_json(text: str) -> str | None:
     return body[start : start + end] if isinstance(value, (dict, list)) else None
 
 
+def spaced(text: str, spacing: JsonSpacing) -> str:
+    """The JSON document `text` written on one line with `spacing`, its keys in their order."""
+    return json.dumps(json.loads(text), ensure_ascii=False, separators=_SEPARATORS_OF[spacing])
+
+
+def spacing_of(answers: list[str]) -> JsonSpacing | None:
+    """The one spacing every answer (a bare JSON document each) is written in, or None."""
+    for spacing in _SEPARATORS_OF:
+        if answers and all(a.strip() == spaced(a, spacing) for a in answers):
+            return spacing  # type: ignore[return-value]
+    return None
+
+
 @dataclass(frozen=True)
 class Conventions:
     """The form of the project's own examples, which generated rows are brought into."""
 
     categories: dict[str, str] = field(default_factory=dict)  # folded name -> the project's spelling
     json_answers: bool = False  # every answer the project has is a bare JSON document
+    json_spacing: JsonSpacing | None = None  # and all are written on one line with this spacing
 
     @classmethod
     def of(cls, reference: Iterable[Example], categories: Iterable[str] = ()) -> Conventions:
@@ -93,20 +112,30 @@ class Conventions:
 
         Only the reference decides the answers' form: canonical may already hold wrapped answers."""
         spellings: dict[str, str] = {}
-        answers = 0
-        all_json = True
+        answers: list[str] = []
         for example in reference:
             if example.category:
                 spellings.setdefault(fold_category(example.category), example.category)
-            answers += 1
-            all_json = all_json and bare_json(example.assistant)
+            answers.append(example.assistant)
         for name in categories:
             spellings.setdefault(fold_category(name), name)
-        return cls(spellings, json_answers=answers > 0 and all_json)
+        if not answers or not all(bare_json(a) for a in answers):
+            return cls(spellings)
+        return cls(spellings, json_answers=True, json_spacing=spacing_of(answers))
 
     def category(self, name: str) -> str:
         """The project's spelling of `name`, or `name` when the project has no such category."""
         return self.categories.get(fold_category(name), name)
+
+    def answer(self, text: str) -> str | None:
+        """`text` in the form of the project's answers (unwrapped, spaced like them); None when the
+        project's answers are JSON and `text` holds none."""
+        if not self.json_answers:
+            return text
+        inner = text.strip() if bare_json(text) else unwrap_json(text)
+        if inner is None or self.json_spacing is None:
+            return inner
+        return spaced(inner, self.json_spacing)
 
     def mend(self, example: Example, mended: Counter) -> str | None:
         """Bring `example` into the project's form in place, counting each change in `mended`;
@@ -121,6 +150,13 @@ class Conventions:
                 return NO_DOCUMENT
             example.assistant = inner
             mended[UNWRAPPED] += 1
+        if self.json_spacing is not None and example.assistant != spaced(
+            example.assistant, self.json_spacing
+        ):
+            example.assistant = spaced(
+                example.assistant, self.json_spacing
+            )  # an exact scorer sees the same text
+            mended[RESPACED] += 1
         return None
 
 

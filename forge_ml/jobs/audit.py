@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forge_ml.augment.validate import Conventions, bare_json, unwrap_json
+from forge_ml.augment.validate import Conventions, bare_json
 from forge_ml.config import ForgeConfig
 from forge_ml.data.examples import Example, dataset_hash, normalize_text, parse_record, read_examples
 from forge_ml.data.project_data import check_gold_overlap, read_gold
@@ -106,19 +106,23 @@ def parses(scorer: Scorer, answer: str) -> bool:
 
 
 def _form_finding(i: int, answer: str, conventions: Conventions) -> Finding | None:
-    """A finding when the answer is not bare JSON while the user's own answers all are."""
-    if not conventions.json_answers or bare_json(answer):
+    """A finding when the answer is not in the form of the user's own answers (gold, seed): bare
+    JSON, spaced like theirs."""
+    fixed = conventions.answer(answer)
+    if fixed == answer.strip():
         return None
-    inner = unwrap_json(answer)
-    if inner is None:
+    if fixed is None:
         return Finding(
             i,
             "error",
             "the answer holds no JSON document; gold's and the seed's answers are bare JSON",
             check="form",
         )
+    if bare_json(answer):
+        issue = "the answer's JSON is spaced unlike gold's and the seed's (--fix respaces it)"
+        return Finding(i, "info", issue, suggested_fix=fixed, check="form")
     issue = "the answer wraps its JSON in text; gold's and the seed's answers are bare JSON (--fix keeps the JSON)"
-    return Finding(i, "warning", issue, suggested_fix=inner, check="form")
+    return Finding(i, "warning", issue, suggested_fix=fixed, check="form")
 
 
 def rule_findings(
@@ -196,8 +200,7 @@ def _fixed_example(
     else:
         return None, "suggested_fix is neither an answer string nor an object {user, assistant}"
     user, answer = user.strip(), answer.strip()
-    if conventions.json_answers and not bare_json(answer):
-        answer = unwrap_json(answer) or answer  # a fix written in a code fence
+    answer = conventions.answer(answer) or answer  # a fix written in a code fence, or spaced otherwise
     if not user or not answer:
         return None, "the fix leaves an empty turn"
     if not parses(scorer, answer):
