@@ -17,6 +17,7 @@ from forge_ml.fileio import pid_alive
 from forge_ml.packaged import conf_root, examples_root
 
 CONFIG_FILE = "forge.yaml"
+GENERATOR_FILE = "generator.py"  # the project's own offline data: generate(n, *, seed, focus)
 LOCK = "flywheel.lock"
 
 

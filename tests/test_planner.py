@@ -204,6 +204,27 @@ def test_401_falls_back_without_retrying_and_claude_is_not_asked_again(fake, exa
     assert fake.count("/v1/messages") == 1 and planner.backend == "offline"
 
 
+def test_with_nothing_to_write_data_the_offline_plan_asks_for_none(fake, example_project, monkeypatch):
+    cfg = compose_config(example_project, ["planner.max_retries=0"])
+    fake.on_tool(
+        "propose_experiment", lambda body: error_reply(401, "authentication_error", "invalid x-api-key")
+    )
+    (example_project.root / "generator.py").unlink()
+    planner = RoundPlanner(cfg, example_project)
+    assert planner._offline(cfg, History(), 1, None).augment_n == cfg.planner.augment_n  # Claude would write
+    fallback = planner.plan(cfg, History(), 1)  # Claude is off from here: nothing writes examples
+    assert fallback.fallback and fallback.plan.augment_n == 0
+    assert "no new examples (no generator.py, and Claude is off" in fallback.plan.hypothesis
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    offline = RoundPlanner(cfg, example_project).plan(cfg, History(), 2)
+    assert offline.source == "offline" and offline.plan.augment_n == 0
+    assert "set ANTHROPIC_API_KEY" in offline.plan.hypothesis
+    (example_project.root / "generator.py").write_text(
+        "def generate(n, *, seed=0, focus=None):\n    return []\n"
+    )
+    assert RoundPlanner(cfg, example_project).plan(cfg, History(), 2).plan.augment_n == cfg.planner.augment_n
+
+
 def test_a_timeout_falls_back_for_that_round_only(fake, example_project):
     cfg = compose_config(example_project, ["planner.timeout_s=0.5", "planner.max_retries=0"])
     fake.script(Reply(tool="propose_experiment", tool_input=VALID, delay_s=3))

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from forge_ml.errors import InputError, describe
-from forge_ml.project import load_project_function
+from forge_ml.project import GENERATOR_FILE, load_project_function
 
+__all__ = ["GENERATOR_FILE", "generate_offline", "load_generator"]
 log = logging.getLogger(__name__)
-GENERATOR_FILE = "generator.py"
 
 
 def load_generator(project_root: Path) -> Any | None:

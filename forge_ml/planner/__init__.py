@@ -16,7 +16,7 @@ from forge_ml.llm import ClaudeRequestFailed, ClaudeUnavailable, Usage, claude_e
 from forge_ml.planner.history import History, read_history
 from forge_ml.planner.offline import offline_plan
 from forge_ml.planner.plan import ExperimentPlan, PlanError, validate_plan
-from forge_ml.project import Project
+from forge_ml.project import GENERATOR_FILE, Project
 
 __all__ = [
     "ExperimentPlan",
@@ -53,12 +53,21 @@ class RoundPlanner:
     def backend(self) -> str:
         return "claude" if self.use_claude and not self.disabled_reason else "offline"
 
+    def _offline(
+        self, cfg: ForgeConfig, history: History, round_number: int, remaining_s: float | None
+    ) -> ExperimentPlan:
+        """The offline plan; with no new examples where nothing can write them (the round's data
+        comes from Claude when it plans, else from the project's generator.py)."""
+        writes = self.backend == "claude" or (self.project.root / GENERATOR_FILE).is_file()
+        plan = offline_plan(
+            cfg, history, round_number=round_number, remaining_s=remaining_s, writes_data=writes
+        )
+        return validate_plan(plan.to_dict(), cfg)
+
     def plan(
         self, cfg: ForgeConfig, history: History, round_number: int, remaining_s: float | None = None
     ) -> PlanOutcome:
-        offline = validate_plan(
-            offline_plan(cfg, history, round_number=round_number, remaining_s=remaining_s).to_dict(), cfg
-        )
+        offline = self._offline(cfg, history, round_number, remaining_s)
         if not self.use_claude:
             return PlanOutcome(offline, "offline")
         usage = Usage()
@@ -78,6 +87,7 @@ class RoundPlanner:
         except ClaudeUnavailable as exc:
             self.disabled_reason = str(exc)
             reason = f"Claude unavailable, not asked again this run: {exc}"
+            offline = self._offline(cfg, history, round_number, remaining_s)  # Claude writes no data either
         except ClaudeRequestFailed as exc:
             reason = f"request failed: {exc}"
         log.warning("planner: falling back to the offline plan (%s)", reason)

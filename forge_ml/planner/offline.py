@@ -35,6 +35,7 @@ from forge_ml.config import BoundConfig, ForgeConfig
 from forge_ml.config.overrides import config_value, schema_type
 from forge_ml.planner.history import History, TrialRow
 from forge_ml.planner.plan import MAX_FOCUS, ExperimentPlan
+from forge_ml.project import GENERATOR_FILE
 from forge_ml.search import SearchParam, parse_space
 
 MIN_RADIUS = 0.03
@@ -211,9 +212,15 @@ def samples_for_budget(cfg: ForgeConfig, history: History, remaining_s: float | 
 
 
 def offline_plan(
-    cfg: ForgeConfig, history: History, *, round_number: int, remaining_s: float | None = None
+    cfg: ForgeConfig,
+    history: History,
+    *,
+    round_number: int,
+    remaining_s: float | None = None,
+    writes_data: bool = True,
 ) -> ExperimentPlan:
-    """Return the deterministic plan of round `round_number` from what `history` holds."""
+    """Return the deterministic plan of round `round_number` from what `history` holds;
+    `writes_data` False (no generator.py, and Claude is off) plans no new examples."""
     metric, mode = cfg.tune.metric, cfg.tune.mode
     best = history.best(metric, mode)
     space: dict[str, str] = {}
@@ -237,9 +244,14 @@ def offline_plan(
     focus = [name for name, count in failing.items() if count > 0 and name != "uncategorized"][:MAX_FOCUS]
     named = ", ".join(f"{c} ({failing[c]})" for c in focus[:FOCUS_SHOWN])
     more = f" and {len(focus) - FOCUS_SHOWN} more" if len(focus) > FOCUS_SHOWN else ""
-    data = f"{cfg.planner.augment_n} new examples " + (
+    augment_n = cfg.planner.augment_n if writes_data else 0
+    data = f"{augment_n} new examples " + (
         f"split by gold failures over {named}{more}" if focus else "for every category"
     )
+    if not writes_data and cfg.planner.augment_n:
+        data = (
+            f"no new examples (no {GENERATOR_FILE}, and Claude is off: write one, or set ANTHROPIC_API_KEY)"
+        )
     radius = trust_radius(history, cfg.planner.trust_radius, metric, mode)
     budget = (
         f"; {EPOCHS} stays {config_value(cfg, EPOCHS)}, ASHA's budget"
@@ -273,7 +285,7 @@ def offline_plan(
         num_samples=num_samples,
         fixed_overrides=fixed,
         augment_focus=focus,
-        augment_n=cfg.planner.augment_n,
+        augment_n=augment_n,
         next_hypotheses=_queue(cfg, radius, best is None, focus),
         first_points=points,
     )
