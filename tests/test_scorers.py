@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forge_ml.config import EvalConfig
-from forge_ml.data.examples import Example, metric_name, safe_category
+from forge_ml.data.examples import Example, metric_name, parse_record, safe_category
 from forge_ml.errors import InputError
 from forge_ml.evaluation.report import score_outputs, write_report
 from forge_ml.evaluation.scorers import make_scorer
@@ -101,6 +101,38 @@ def test_report_counts_categories_and_forbidden_outputs(tmp_path):
     assert [r["input"] for r in rows] == ["b", "d"]
     assert rows[1]["forbidden"] == "(?i)as an ai" and rows[1]["category"] == "rtl"
     assert set(rows[0]) >= {"input", "expected", "actual", "category"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(min_size=1, max_size=64))
+def test_a_category_name_is_one_mlflow_takes_as_a_metric_and_a_param_in_any_script(name):
+    """`safe_category` admits a name exactly when MLflow takes it in a metric and a param name and it
+    is not a path: letters and digits of any script ("réservation", "予約") included."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.validation import _validate_metric_name, _validate_param_name
+
+    def mlflow_takes(name: str) -> bool:
+        try:
+            _validate_metric_name(f"gold/accuracy/{name}")
+            _validate_param_name(f"data.by_category.{name}")
+        except MlflowException:
+            return False
+        return True
+
+    plain = name[0].isalnum() and all(c.isalnum() or c in "_ .:-" for c in name)
+    assert safe_category(name) == (plain and len(name) <= 64 and ".." not in name)
+    if safe_category(name):
+        assert mlflow_takes(name)
+    assert mlflow_takes(metric_name(name))
+
+
+def test_categories_in_other_scripts_are_read_and_kept():
+    for name in ["réservation", "予約", "Ünterwegs 2", "бронь:отмена"]:
+        assert safe_category(name), name
+        assert metric_name(name) == name
+        record = {"prompt": "annuler ma réservation", "completion": "annulation", "meta": {"category": name}}
+        assert parse_record(record, "canonical.jsonl:1").category == name
+    assert not safe_category("c++") and not safe_category("a/b") and not safe_category("x\ny")
 
 
 @settings(max_examples=300, deadline=None)

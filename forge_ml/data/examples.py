@@ -133,8 +133,9 @@ def parse_record(record: Any, where: str) -> Example:
     category = meta.get("category")
     if category is not None and not (isinstance(category, str) and safe_category(category)):
         raise InputError(
-            f"{where}: meta.category {category!r} cannot name a metric: use letters, digits, space and "
-            f"_ . : - (up to 64 characters, starting with a letter or digit), e.g. {metric_name(str(category))!r}"
+            f"{where}: meta.category {category!r} cannot name a metric: use letters, digits (any script), "
+            f"space and _ . : - (up to 64 characters, starting with a letter or digit), "
+            f"e.g. {metric_name(str(category))!r}"
         )
     return Example(user=turns["user"], assistant=turns["assistant"], meta=meta, origin=where)
 
@@ -213,9 +214,10 @@ def version_hash(examples: list[Example]) -> str:
     return h.hexdigest()
 
 
-# What MLflow accepts in a metric or param name, less "/" (a category never acts as a path).
-CATEGORY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.:-]{0,63}")
-_NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9 _.:-]")
+# What MLflow accepts in a metric or param name, less "/" (a category never acts as a path):
+# letters and digits of any script ("réservation", "予約"), `_`, space, `.`, `:` and `-`.
+CATEGORY_NAME = re.compile(r"[^\W_][\w .:-]{0,63}")
+_NOT_IN_A_NAME = re.compile(r"[^\w .:-]")
 
 
 def safe_category(name: str) -> bool:
