@@ -232,3 +232,31 @@ def test_a_new_projects_audit_reviews_its_seed_and_writes_nothing(bare_project):
     result, data = cli(root, "audit", "planner=offline")
     assert result.returncode == 1
     assert "no examples to audit" in data["error"]["message"] and "seed" in data["error"]["message"]
+
+
+def test_labels_spelt_unlike_gold_and_the_seed_are_found_and_respelt(bare_project):
+    """A classification project (its answers a closed set of labels): canonical answers that fold to
+    a label ("Positive.", "negative" for "négative") are respelt by --fix; other answers are left."""
+    root = bare_project.root
+
+    def rows(prefix: str, labels: list[str]) -> list[dict]:
+        return [{"prompt": f"{prefix} {i}", "completion": label} for i, label in enumerate(labels)]
+
+    write_jsonl(root / "dataset" / "gold.jsonl", rows("gold review", ["positive", "négative"] * 2))
+    write_jsonl(root / "dataset" / "seed.jsonl", rows("seed review", ["négative", "positive"] * 2))
+    canonical = root / "dataset" / "canonical.jsonl"
+    written = ["Positive.", "negative", "positive", "mixed feelings"]
+    write_jsonl(canonical, rows("review", written))
+    result, data = cli(root, "audit", "--fix", "planner=offline")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert {(f["index"], f["check"], f["suggested_fix"]) for f in data["findings"]} == {
+        (0, "form", "positive"),
+        (1, "form", "négative"),
+    }
+    assert data["fixed"] == [0, 1]
+    assert [e.assistant for e in read_examples(canonical)] == [
+        "positive",
+        "négative",
+        "positive",
+        "mixed feelings",
+    ]

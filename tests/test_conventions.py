@@ -5,22 +5,24 @@ from __future__ import annotations
 
 import json
 import string
+import unicodedata
 from collections import Counter
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forge_ml.augment.validate import (
+from forge_ml.augment.conventions import (
+    RELABELLED,
     RESPACED,
     RESPELT,
     UNWRAPPED,
     Conventions,
-    admit,
     bare_json,
-    fold_category,
+    fold,
     spaced,
     unwrap_json,
 )
+from forge_ml.augment.validate import admit
 from forge_ml.data.examples import Example
 from forge_ml.evaluation.scorers import json_field, json_match
 
@@ -69,10 +71,10 @@ def test_a_wrapped_json_answer_unwraps_to_the_document_as_written(case):
         [Example("take off", '{\n "cmd": "takeoff"\n}'), Example("land", '{"cmd": "land"}')]
     )
     assert multiline.json_answers and multiline.json_spacing is None  # no one spacing: kept as written
-    example = Example("go", answer)
+    example = Example("go", answer.strip())  # as `admit` reads a row
     mended: Counter = Counter()
     multiline.mend(example, mended)
-    assert example.assistant == (answer if bare_json(answer) else text)
+    assert example.assistant == (answer.strip() if bare_json(answer) else text)
     assert mended == (Counter() if bare_json(answer) else Counter({UNWRAPPED: 1}))
 
 
@@ -133,13 +135,13 @@ def respelt(draw, name: str) -> str:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(NAMES, min_size=1, max_size=6, unique_by=fold_category), st.data())
+@given(st.lists(NAMES, min_size=1, max_size=6, unique_by=fold), st.data())
 def test_a_category_spelt_another_way_takes_the_projects_spelling(names, data):
     conventions = Conventions.of([Example(f"u{i}", "{}", {"category": n}) for i, n in enumerate(names)])
     name = data.draw(st.sampled_from(names))
     spelling = data.draw(respelt(name))
     assert conventions.category(spelling) == name
-    new = data.draw(NAMES.filter(lambda n: fold_category(n) not in {fold_category(m) for m in names}))
+    new = data.draw(NAMES.filter(lambda n: fold(n) not in {fold(m) for m in names}))
     assert conventions.category(new) == new  # a category the project lacks stays as written
 
     rows = [{"user": "hold here", "assistant": '{"cmd": "hover"}', "category": spelling}]
@@ -159,3 +161,49 @@ def test_gold_spelling_wins_and_names_from_the_table_count():
     assert conventions.category("goto waypoint") == "Goto_Waypoint"
     assert conventions.category("RETURN HOME") == "return-home"
     assert Conventions().category("Hover") == "Hover" and not Conventions().json_answers
+
+
+LABELS = st.lists(
+    st.from_regex(r"[a-zéèêàçôü]{3,10}( [a-zéèêàçôü]{3,8})?", fullmatch=True),
+    min_size=2,
+    max_size=8,
+    unique_by=fold,
+)
+
+
+@st.composite
+def relabelled(draw, label: str) -> str:
+    """`label` as a writer might give it: another case, accents dropped, punctuation or quotes around."""
+    text = "".join(c.upper() if draw(st.booleans()) else c for c in label)
+    if draw(st.booleans()):
+        text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+    before, after = draw(st.sampled_from([("", ""), ('"', '"'), ("« ", " »"), ("", "."), (" ", "!\n")]))
+    return before + text + after
+
+
+@settings(max_examples=200, deadline=None)
+@given(LABELS, st.data())
+def test_an_answer_spelt_another_way_takes_the_spelling_of_the_projects_label(labels, data):
+    reference = [Example(f"u{i}-{k}", label) for i, label in enumerate(labels) for k in range(2)]
+    conventions = Conventions.of(reference)
+    assert not conventions.json_answers and sorted(conventions.labels.values()) == sorted(labels)
+    label = data.draw(st.sampled_from(labels))
+    written = data.draw(relabelled(label))
+    example = Example("go", written.strip())
+    mended: Counter = Counter()
+    assert conventions.mend(example, mended) is None
+    assert example.assistant == label and mended == Counter(
+        {RELABELLED: 1} if written.strip() != label else {}
+    )
+    other = Example("go", "something else entirely, with an explanation")
+    conventions.mend(other, mended)
+    assert other.assistant == "something else entirely, with an explanation"  # not a label: as written
+
+
+def test_answers_that_are_no_closed_set_have_no_labels():
+    free = [Example(f"u{i}", f"a sentence of its own number {i}") for i in range(10)]
+    assert Conventions.of(free).labels == {}
+    long = [Example(f"u{i}", "x" * 80) for i in range(4)]
+    assert Conventions.of(long).labels == {}
+    french = Conventions.of([Example(f"u{i}", ["réservation", "météo"][i % 2]) for i in range(6)])
+    assert french.answer("Meteo.") == "météo" and french.category("Météo") == "Météo"

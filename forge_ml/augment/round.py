@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from forge_ml.augment.conventions import Conventions
 from forge_ml.augment.offline import GENERATOR_FILE, generate_offline, load_generator
-from forge_ml.augment.validate import Admission, Conventions, admit, refuse_garbage
+from forge_ml.augment.validate import Admission, admit, refuse_garbage
 from forge_ml.config import ForgeConfig
 from forge_ml.data.examples import dataset_hash, read_examples
 from forge_ml.data.project_data import read_gold, read_system_prompt

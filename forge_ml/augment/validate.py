@@ -1,25 +1,19 @@
 """Admission of generated examples: well-formed, answer the scorer accepts, new, and never a gold input.
 
-Before the checks, a row is brought into the project's own form. An answer given as a JSON value
-(an object where the tool asks for a string) is written as JSON text. Then `Conventions`: a
-category spelt another way ("Goto Waypoint") takes the project's spelling ("goto_waypoint"), and
-where every answer the user wrote (gold, seed) is a bare JSON document, an answer that wraps one
-in a code fence or a sentence is cut down to the document, and one without any is dropped; where
-they are all written on one line with the same spacing, the answer is written that way too (an
-exact scorer compares text). A writer (Claude most of all) does each now and then; trained on as
-written, the model would learn to wrap its answers too.
+Before the checks, a row is brought into the project's own form: an answer given as a JSON value
+(an object where the tool asks for a string) is written as JSON text, then `conventions.Conventions`
+mends the rest (category spelling, wrapped or respaced JSON, label spelling) or says why it cannot.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
+from forge_ml.augment.conventions import NO_DOCUMENT, Conventions
 from forge_ml.data.examples import Example, normalize_text, parse_record, safe_category
 from forge_ml.errors import ForgeError, InputError
 from forge_ml.evaluation.scorers import Scorer
@@ -27,17 +21,7 @@ from forge_ml.evaluation.scorers import Scorer
 MALFORMED = "malformed"  # drop reasons, as reported in `dropped`
 UNPARSED = "answer fails the scorer's parse"
 BEYOND = "beyond the number asked for"
-NO_DOCUMENT = "answer holds no JSON document"  # where every answer of the project is one
-UNWRAPPED = "answer unwrapped to its JSON"  # mends, as reported in `mended`
-RESPELT = "category respelt"
-SERIALISED = "answer given as a JSON value, written as text"
-RESPACED = "answer spaced like the project's JSON"
-
-JsonSpacing = Literal["spaced", "compact"]  # json.dumps' default separators (", ", ": "), or (",", ":")
-_SEPARATORS_OF: dict[str, tuple[str, str]] = {"spaced": (", ", ": "), "compact": (",", ":")}
-
-_FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n(.*?)\n?```", re.DOTALL)
-_SEPARATORS = re.compile(r"[\s_-]+")
+SERIALISED = "answer given as a JSON value, written as text"  # a mend, as reported in `mended`
 
 
 @dataclass
@@ -51,113 +35,6 @@ class Admission:
         self.kept += other.kept
         self.dropped += other.dropped
         self.mended += other.mended
-
-
-def fold_category(name: str) -> str:
-    """The form two spellings of one category share: case, spaces, `-` and `_` aside."""
-    return _SEPARATORS.sub("_", name.strip()).casefold()
-
-
-def bare_json(text: str) -> bool:
-    """Whether `text` is one JSON object or array and nothing else (whitespace aside)."""
-    try:
-        return isinstance(json.loads(text), (dict, list))
-    except ValueError:
-        return False
-
-
-def unwrap_json(text: str) -> str | None:
-    """The JSON object or array `text` wraps (in a code fence, or after a sentence), exactly as
-    written there; None when there is none."""
-    body = text.strip()
-    fenced = _FENCE.search(body)
-    if fenced and bare_json(fenced.group(1)):
-        return fenced.group(1).strip()
-    starts = [i for i in (body.find("{"), body.find("[")) if i >= 0]
-    if not starts:
-        return None
-    start = min(starts)
-    try:
-        value, end = json.JSONDecoder().raw_decode(body[start:])
-    except ValueError:
-        return None
-    return body[start : start + end] if isinstance(value, (dict, list)) else None
-
-
-def spaced(text: str, spacing: JsonSpacing) -> str:
-    """The JSON document `text` written on one line with `spacing`, its keys in their order."""
-    return json.dumps(json.loads(text), ensure_ascii=False, separators=_SEPARATORS_OF[spacing])
-
-
-def spacing_of(answers: list[str]) -> JsonSpacing | None:
-    """The one spacing every answer (a bare JSON document each) is written in, or None."""
-    for spacing in _SEPARATORS_OF:
-        if answers and all(a.strip() == spaced(a, spacing) for a in answers):
-            return spacing  # type: ignore[return-value]
-    return None
-
-
-@dataclass(frozen=True)
-class Conventions:
-    """The form of the project's own examples, which generated rows are brought into."""
-
-    categories: dict[str, str] = field(default_factory=dict)  # folded name -> the project's spelling
-    json_answers: bool = False  # every answer the project has is a bare JSON document
-    json_spacing: JsonSpacing | None = None  # and all are written on one line with this spacing
-
-    @classmethod
-    def of(cls, reference: Iterable[Example], categories: Iterable[str] = ()) -> Conventions:
-        """The conventions of the examples the user wrote (`reference`: gold, then seed; gold's
-        spelling wins), with further category names (canonical's) that keep their own spelling.
-
-        Only the reference decides the answers' form: canonical may already hold wrapped answers."""
-        spellings: dict[str, str] = {}
-        answers: list[str] = []
-        for example in reference:
-            if example.category:
-                spellings.setdefault(fold_category(example.category), example.category)
-            answers.append(example.assistant)
-        for name in categories:
-            spellings.setdefault(fold_category(name), name)
-        if not answers or not all(bare_json(a) for a in answers):
-            return cls(spellings)
-        return cls(spellings, json_answers=True, json_spacing=spacing_of(answers))
-
-    def category(self, name: str) -> str:
-        """The project's spelling of `name`, or `name` when the project has no such category."""
-        return self.categories.get(fold_category(name), name)
-
-    def answer(self, text: str) -> str | None:
-        """`text` in the form of the project's answers (unwrapped, spaced like them); None when the
-        project's answers are JSON and `text` holds none."""
-        if not self.json_answers:
-            return text
-        inner = text.strip() if bare_json(text) else unwrap_json(text)
-        if inner is None or self.json_spacing is None:
-            return inner
-        return spaced(inner, self.json_spacing)
-
-    def mend(self, example: Example, mended: Counter) -> str | None:
-        """Bring `example` into the project's form in place, counting each change in `mended`;
-        return why it cannot be (a drop reason), or None."""
-        category = example.category
-        if category and self.category(category) != category:
-            example.meta = {**example.meta, "category": self.category(category)}
-            mended[RESPELT] += 1
-        if self.json_answers and not bare_json(example.assistant):
-            inner = unwrap_json(example.assistant)
-            if inner is None:
-                return NO_DOCUMENT
-            example.assistant = inner
-            mended[UNWRAPPED] += 1
-        if self.json_spacing is not None and example.assistant != spaced(
-            example.assistant, self.json_spacing
-        ):
-            example.assistant = spaced(
-                example.assistant, self.json_spacing
-            )  # an exact scorer sees the same text
-            mended[RESPACED] += 1
-        return None
 
 
 def as_example(row: Any) -> Example | None:

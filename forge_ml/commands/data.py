@@ -118,7 +118,8 @@ def _print_data(summary: Any) -> None:
 
 
 def _run_data(ctx: Context, kind: str) -> int:
-    from forge_ml.jobs.generate import DataJob, run_data_job
+    from forge_ml.jobs.data_job import DataJob
+    from forge_ml.jobs.generate import run_data_job
 
     args = ctx.args
     job = DataJob(

@@ -1,11 +1,11 @@
 """`forge-ml audit`: review every canonical example, report the problems, optionally fix them in place.
 
-Rules run always: an answer the scorer cannot parse, an answer that wraps its JSON in a code
-fence or a sentence where the user's own answers (gold, seed) are bare JSON (the fix is the JSON
-alone), a duplicate (same normalised user text and the same answer), the same input with
-conflicting answers, a training input that matches a gold input. With Claude (planner.backend auto + ANTHROPIC_API_KEY, or claude) every example is also
-reviewed through the forced tool `review_examples`, in batches sent concurrently, the examples
-passed as quoted data.
+Rules run always: an answer the scorer cannot parse, an answer not in the form of the user's
+own answers (gold, seed: `augment.conventions`; the fix is that form: the JSON alone, respaced, or
+the label's spelling), a duplicate (same normalised user text and the same answer), the same input
+with conflicting answers, a training input that matches a gold input. With Claude
+(planner.backend auto + ANTHROPIC_API_KEY, or claude) every example is also reviewed through the
+forced tool `review_examples`, in batches sent concurrently, the examples passed as quoted data.
 
 `--fix` rewrites the flagged examples at or above `--min-severity`: duplicates are dropped (the
 first stays), and Claude's suggested fixes replace the answer (or the user text and the answer).
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forge_ml.augment.validate import Conventions, bare_json
+from forge_ml.augment.conventions import Conventions, bare_json
 from forge_ml.config import ForgeConfig
 from forge_ml.data.examples import Example, dataset_hash, normalize_text, parse_record, read_examples
 from forge_ml.data.project_data import check_gold_overlap, read_gold
@@ -107,10 +107,13 @@ def parses(scorer: Scorer, answer: str) -> bool:
 
 def _form_finding(i: int, answer: str, conventions: Conventions) -> Finding | None:
     """A finding when the answer is not in the form of the user's own answers (gold, seed): bare
-    JSON, spaced like theirs."""
+    JSON, spaced like theirs, or their label's spelling."""
     fixed = conventions.answer(answer)
     if fixed == answer.strip():
         return None
+    if not conventions.json_answers:
+        issue = f"the answer is spelt unlike the label {fixed!r} of gold and the seed (--fix respells it)"
+        return Finding(i, "warning", issue, suggested_fix=fixed, check="form")
     if fixed is None:
         return Finding(
             i,
