@@ -11,6 +11,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from forge_ml.augment.categories import match_categories
 from forge_ml.augment.conventions import (
     RELABELLED,
     RESPACED,
@@ -207,3 +208,12 @@ def test_answers_that_are_no_closed_set_have_no_labels():
     assert Conventions.of(long).labels == {}
     french = Conventions.of([Example(f"u{i}", ["réservation", "météo"][i % 2]) for i in range(6)])
     assert french.answer("Meteo.") == "météo" and french.category("Météo") == "Météo"
+
+
+def test_an_offline_patch_description_names_categories_in_any_script():
+    categories = ["réservation", "météo", "bagages", "goto_waypoint", "予約", "天気"]
+    assert match_categories("des exemples de météo à Lyon", categories) == ["météo"]
+    assert match_categories("Meteo et RESERVATIONS", categories) == ["réservation", "météo"]
+    assert match_categories("予約の変更", categories) == ["予約"]
+    assert match_categories("waypoints, please", categories) == ["goto_waypoint"]
+    assert match_categories("nothing of the kind", categories) == []
