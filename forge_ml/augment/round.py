@@ -4,7 +4,7 @@ Claude writes them (`write_examples`) when the planner uses Claude; otherwise th
 generator.py does. Every example is brought into the project's form and admitted by
 `validate.admit` (well-formed, accepted by the scorer, new, not a gold input), and carries
 `meta.source`, `meta.round` and `meta.focus`. Either writer is asked again for what the drops left
-short (ATTEMPTS calls at most; Claude's stop at a call that adds nothing).
+short (ATTEMPTS calls at most; Claude is not asked again after a call that added nothing).
 Appending rewrites canonical.jsonl atomically, once per round: a resumed round that already
 added its examples adds nothing again.
 """
@@ -40,9 +40,7 @@ class AugmentResult:
     requested: int
     writer: str  # claude | generator | none
     dropped: dict[str, int] = field(default_factory=dict)
-    mended: dict[str, int] = field(
-        default_factory=dict
-    )  # changes made to the rows kept (validate.Conventions)
+    mended: dict[str, int] = field(default_factory=dict)  # changes to the rows kept (Conventions)
     by_source: dict[str, int] = field(default_factory=dict)
     by_category: dict[str, int] = field(default_factory=dict)
     dataset_hash: str = ""
@@ -89,9 +87,9 @@ def augment_data(
     gold = {e.key for e in gold_examples}
     known = {e.key for e in existing}
     scorer = make_scorer(cfg.eval, project.root, probe=gold_examples)
-    seed = read_examples(project.resolve(cfg.task.seed_path), required=False)
+    seed_examples = read_examples(project.resolve(cfg.task.seed_path), required=False)
     conventions = Conventions.of(
-        [*gold_examples, *seed], categories=[e.category for e in existing if e.category]
+        [*gold_examples, *seed_examples], categories=[e.category for e in existing if e.category]
     )
     focus = list(dict.fromkeys(conventions.category(name) for name in plan.augment_focus))
     meta = {"source": SOURCE, "round": round_number, "focus": ",".join(focus)}

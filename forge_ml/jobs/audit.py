@@ -10,9 +10,9 @@ forced tool `review_examples`, in batches sent concurrently, the examples passed
 `--fix` rewrites the flagged examples at or above `--min-severity`: duplicates are dropped (the
 first stays), and Claude's suggested fixes replace the answer (or the user text and the answer).
 A fix's answer is brought into the project's form first (a wrapped JSON answer is cut to its
-JSON), and it is applied only when the new answer passes the scorer's parse, the new user text is not a
-gold input and duplicates no other example; the rewritten file must read back and pass the
-gold-overlap check. The previous canonical.jsonl is logged to the audit's MLflow run (artifact +
+JSON, respaced, or a label respelt), and it is applied only when the new answer passes the
+scorer's parse, the new user text is not a gold input and duplicates no other example; the
+rewritten file must read back and pass the gold-overlap check. The previous canonical.jsonl is logged to the audit's MLflow run (artifact +
 dataset input, context "previous") before the file is replaced atomically.
 """
 
