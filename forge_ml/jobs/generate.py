@@ -210,22 +210,15 @@ def estimate(cfg: ForgeConfig, project: Project, job: DataJob, inputs: _Inputs) 
     return summary
 
 
-def _claude_examples(
-    cfg: ForgeConfig,
-    project: Project,
-    job: DataJob,
-    inputs: _Inputs,
-    summary: DataSummary,
-    run: Any,
-    admit_rows: Callable,
-) -> Admission:
-    """Admitted examples from Claude. Without --batch, what drops left short of `--n` is asked for
-    again (ATTEMPTS rounds of requests at most), until a round adds nothing new."""
+def _claude_examples(job: DataJob, write: Callable[[int, int], list[Any]], admit_rows: Callable) -> Admission:
+    """Admitted examples from Claude (`write(n, attempt)` returns the rows written for `n`). Without
+    --batch, what drops left short of `--n` is asked for again (ATTEMPTS rounds of requests at
+    most), until a round adds nothing new."""
     total = Admission()
     for attempt in range(1 if job.batch else ATTEMPTS):
         wanted = job.n - len(total.kept)
         try:
-            rows = _claude_rows(cfg, project, job, inputs, summary, run, n=wanted, attempt=attempt)
+            rows = write(wanted, attempt)
         except (ConfigError, RuntimeFault) as exc:
             if attempt == 0:
                 raise
@@ -386,7 +379,13 @@ def run_data_job(
         )
         try:
             if inputs.generate is None:
-                admission = _claude_examples(cfg, project, job, inputs, summary, run, admit_rows)
+                admission = _claude_examples(
+                    job,
+                    lambda n, attempt: _claude_rows(
+                        cfg, project, job, inputs, summary, run, n=n, attempt=attempt
+                    ),
+                    admit_rows,
+                )
             else:
                 admission = _offline_examples(job, inputs, admit_rows)
         finally:
