@@ -48,13 +48,15 @@ def written(draw) -> tuple[str, str]:
         separators=draw(st.sampled_from([None, (",", ":")])),
         ensure_ascii=draw(st.booleans()),
     )
-    how = draw(st.sampled_from(["bare", "fence", "prose", "prose+fence"]))
+    how = draw(st.sampled_from(["bare", "fence", "prose", "prose+fence", "encoded twice"]))
     lang = draw(st.sampled_from(["", "json", "JSON"]))
     before, after = draw(PROSE), draw(PROSE)
     if how == "bare":
         answer = f"  {text}\n"
     elif how == "fence":
         answer = f"```{lang}\n{text}\n```"
+    elif how == "encoded twice":
+        answer = json.dumps(text)
     elif how == "prose":
         answer = f"{before.rstrip()}\n{text}\n{after}"
     else:

@@ -3,10 +3,10 @@
 A writer (Claude most of all) now and then:
 - spells a category another way ("Goto Waypoint", "meteo" for "goto_waypoint", "météo"): it takes
   the project's spelling, so one category stays one in the data and in MLflow;
-- wraps a JSON answer in a code fence or a sentence: where every answer the user wrote is a bare
-  JSON document, the answer is cut down to its document (one with none is refused), and where
-  all are written on one line with the same spacing it is written that way too (an exact scorer
-  compares text);
+- wraps a JSON answer in a code fence or a sentence, or encodes it twice: where every answer the
+  user wrote is a bare JSON document, the answer is cut down to its document (one with none is
+  refused), and where all are written on one line with the same spacing it is written that way
+  too (an exact scorer compares text);
 - spells a label another way ("Réservation.", "reservation" for "réservation"): where the user's
   answers are a small closed set of labels, an answer that folds to one takes its spelling.
 Trained on as written, the model would learn the writer's habits instead of the project's form.
@@ -61,9 +61,15 @@ def bare_json(text: str) -> bool:
 
 
 def unwrap_json(text: str) -> str | None:
-    """The JSON object or array `text` wraps (in a code fence, or after a sentence), exactly as
-    written there; None when there is none."""
+    """The JSON object or array `text` wraps (in a code fence, after a sentence, or encoded once
+    more as a JSON string), exactly as written there; None when there is none."""
     body = text.strip()
+    try:
+        inner = json.loads(body)
+    except ValueError:
+        inner = None
+    if isinstance(inner, str) and bare_json(inner):  # "{\"cmd\": ...}": the document, encoded twice
+        return inner.strip()
     fenced = _FENCE.search(body)
     if fenced and bare_json(fenced.group(1)):
         return fenced.group(1).strip()
