@@ -226,6 +226,15 @@ def test_generate_batch_submits_one_batch_polls_and_costs_half(project):
     assert run.data.metrics["generate/cost_usd"] == pytest.approx(3 * REQUEST_COST / 2)
     assert run.data.params["data.batch"] == "True"
 
+    with FakeAnthropic() as fake:  # the same 25 written again, and 5 more: no second batch for the rest
+        fake.on_tool("write_examples", Writer())
+        result, env = cli(
+            project, "generate", "--n", "30", "--batch-size", "30", "--batch", env=claude_env(fake)
+        )
+        assert fake.count("/v1/messages/batches", "POST") == 1 and fake.count("/v1/messages") == 0
+    assert env["added"] == 5 and env["dropped"] == {"duplicate": 25}
+    assert "a Message Batch is not asked again: run it again for the 25 short" in result.stderr
+
 
 def test_a_batch_that_does_not_end_is_waited_for_only_as_long_as_allowed(project):
     before = canonical(project).read_bytes()

@@ -87,8 +87,14 @@ def _print_data(summary: Any) -> None:
                 highlight=False,
             )
         return
+    short = summary.requested - (summary.added or 0)
     results.print(
-        f"{summary.kind}: added {summary.added} of {summary.requested} example(s) ({summary.writer})",
+        f"{summary.kind}: added {summary.added} of {summary.requested} example(s) ({summary.writer})"
+        + (
+            f"; a Message Batch is not asked again: run it again for the {short} short"
+            if summary.batch and short
+            else ""
+        ),
         highlight=False,
     )
     table = Table()
