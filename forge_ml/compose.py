@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forge_ml.config import ForgeConfig, did_you_mean, validate_config
-from forge_ml.errors import ConfigError, ForgeError, RuntimeFault, describe, first_line
+from forge_ml.config.overrides import hydra_string
+from forge_ml.errors import ConfigError, ForgeError, InputError, RuntimeFault, describe, first_line
 from forge_ml.project import CONFIG_FILE, Project, read_utf8
 from forge_ml.search import check_override_syntax
 
@@ -27,7 +28,13 @@ MAX_PREVALIDATED_JOBS = 64
 
 
 def _project_override(project: Project) -> str:
-    return f"++project_dir={project.root}"
+    """`++project_dir=` the project's path, quoted: accents, spaces, commas, brackets, quotes."""
+    if "${" in str(project.root):  # Hydra's own settings (the job's log file) would resolve it again
+        raise InputError(
+            f"{project.root}: the path holds '${{', which Hydra reads as an interpolation; "
+            "rename or move the directory"
+        )
+    return f"++project_dir={hydra_string(str(project.root))}"
 
 
 # Hydra's words for a config group option that does not exist, e.g. `model=nosuch`

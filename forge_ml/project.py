@@ -107,6 +107,21 @@ _SCAFFOLD = {
 }
 
 
+def project_name(directory: str) -> str:
+    """The project name a directory gives: its name, with what a name may not hold (`/ \\ : @`,
+    control characters; it names the MLflow experiment and registered model) and OmegaConf's `${`
+    as `-`."""
+    name = "".join("-" if c in "/\\:@" or not c.isprintable() else c for c in directory)
+    return name.replace("${", "-{").strip() or "project"
+
+
+def _yaml_name(name: str) -> str:
+    """`name` as a YAML string: plain where it can be, quoted where it must (`it's [1]`, `#1`)."""
+    import yaml
+
+    return yaml.safe_dump(name, allow_unicode=True, width=1 << 20).removesuffix("\n...\n").strip()
+
+
 def _scaffold_config(name: str) -> str:
     base = (conf_root() / CONFIG_FILE).read_text(encoding="utf-8")
     body = base.split("defaults:", 1)[1].split("\nname:", 1)[0]
@@ -114,7 +129,7 @@ def _scaffold_config(name: str) -> str:
         f"# {name}: forge-ml project config (Hydra primary config).\n"
         "# Groups come from forge-ml's packaged conf/; override any key here or on the command\n"
         "# line, e.g. `forge-ml train lora.r=16 training.epochs=3`.\n"
-        f"defaults:{body}\nname: {name}\n"
+        f"defaults:{body}\nname: {_yaml_name(name)}\n"
     )
 
 
@@ -123,7 +138,7 @@ def init_project(target: Path, *, example: str | None = None) -> Project:
     target = target.expanduser().resolve()
     if target.exists() and any(target.iterdir()):
         raise InputError(f"{target}: already exists and is not empty; choose another name")
-    name = target.name
+    name = project_name(target.name)
     if example is not None:
         examples = packaged_examples()
         if example not in examples:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
-from forge_ml.compose import compose_config, expand_sweeps
+from forge_ml.compose import compose_config, expand_sweeps, launch
 from forge_ml.config import validate_config
-from forge_ml.errors import ConfigError
+from forge_ml.config.overrides import hydra_string
+from forge_ml.errors import ConfigError, InputError
 from forge_ml.packaged import conf_root
 from forge_ml.project import init_project
 
@@ -119,3 +122,41 @@ def test_a_new_project_starts_on_a_pretrained_base(blank):
     assert not cfg.model.is_tiny and cfg.model.name_or_path == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert cfg.training.learning_rate == pytest.approx(2e-4)  # `training: default`, made for such a base
     assert "`tiny` only proves the plumbing" in blank.config_file.read_text()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(st.characters(codec="utf-8", exclude_categories=("Cs",), exclude_characters="\x00"), max_size=40)
+)
+def test_any_text_quoted_for_hydra_composes_back_to_itself(value):
+    """`hydra_string` is what the project's path travels as (`++project_dir=...`): Hydra's override
+    grammar, then OmegaConf's interpolation, give back exactly the text."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    assume(value != "???")  # OmegaConf's "missing"; a project's path is absolute
+    (override,) = OverridesParser.create().parse_overrides([f"++project_dir={hydra_string(value)}"])
+    assert OmegaConf.create({"project_dir": override.value()}).project_dir == value
+
+
+@pytest.mark.parametrize(
+    "name", ["voyages-été", "my task (copy), 2", "it's [1]", "予約", "dollar $HOME", "back\\slash\\"]
+)
+def test_a_project_composes_wherever_it_lives(tmp_path, name):
+    """A project directory named as users name them (accents, spaces, commas, brackets, quotes)."""
+    project = init_project(tmp_path / name)
+    cfg = compose_config(project, ["training.epochs=2"])
+    assert cfg.project_dir == str(project.root) and cfg.training.epochs == 2
+    # and through Hydra's launcher, a sweep of two jobs (a comma in the path is no third)
+    result = launch(
+        project, ["training.epochs=1,3"], lambda c, _: (c.project_dir, c.training.epochs), multirun=True
+    )
+    assert [job.value for job in result.jobs] == [(str(project.root), 1), (str(project.root), 3)]
+
+
+def test_a_project_path_holding_an_interpolation_is_refused_naming_it(tmp_path):
+    project = init_project(tmp_path / "dollar ${x}")
+    assert "name: dollar -{x}\n" in project.config_file.read_text()  # the name holds none
+    with pytest.raises(InputError, match=r"dollar \$\{x\}: the path holds '\$\{'") as info:
+        compose_config(project, [])
+    assert info.value.exit_code == 1

@@ -151,11 +151,23 @@ def did_you_mean(full_key: str) -> str:
     return f" (did you mean '{parent + '.' if parent else ''}{close[0]}'?)" if close else ""
 
 
+def _literal(value: Any) -> Any:
+    """`value` (resolved: plain containers) with `${` escaped in its strings, so that the schema
+    merge reads a path or text holding `${` as written, not as an interpolation."""
+    if isinstance(value, str):
+        return value.replace("${", "\\${")
+    if isinstance(value, dict):
+        return {k: _literal(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_literal(v) for v in value]
+    return value
+
+
 def validate_config(cfg: DictConfig | dict) -> ForgeConfig:
     """Return the typed config, or raise ConfigError naming every bad key."""
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_container(cfg, resolve=True)
-    cfg = {k: v for k, v in cfg.items() if k != "hydra"}
+    cfg = {k: _literal(v) for k, v in cfg.items() if k != "hydra"}
     try:
         merged = OmegaConf.merge(_schema(), cfg)
         typed: ForgeConfig = OmegaConf.to_object(merged)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -19,7 +20,17 @@ from forge_ml.config import ForgeConfig, config_to_dict, validate_config
 from forge_ml.config.keys import config_value
 from forge_ml.errors import ConfigError
 
-__all__ = ["config_value", "schema_type", "set_dotted", "typed_value", "with_overrides"]
+__all__ = ["config_value", "hydra_string", "schema_type", "set_dotted", "typed_value", "with_overrides"]
+
+
+def hydra_string(value: str) -> str:
+    """`value` as a quoted string of Hydra's override grammar that composes back to exactly `value`,
+    whatever it holds: spaces, accents, commas (a sweep, unquoted), brackets, quotes, `${`.
+
+    Backslashes before a quote or the end are doubled, quotes escaped (Hydra's rule for quoted
+    values), and `${` escaped so that OmegaConf does not read an interpolation into it."""
+    body = re.sub(r"(\\+)(?='|$)", lambda run: run.group(1) * 2, value.replace("${", "\\${"))
+    return "'" + body.replace("'", "\\'") + "'"
 
 
 def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
