@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -54,8 +55,10 @@ def check_repo_id(repo_id: str) -> str:
 
 
 def repo_name(project_name: str) -> str:
-    """Return the project name as a valid Hub repo name (other characters become '-')."""
-    name = re.sub(r"[^A-Za-z0-9_.]+", "-", project_name)
+    """Return the project name as a valid Hub repo name: accents dropped (`voyages-été` gives
+    `voyages-ete`), other characters become '-'."""
+    name = "".join(c for c in unicodedata.normalize("NFKD", project_name) if not unicodedata.combining(c))
+    name = re.sub(r"[^A-Za-z0-9_.]+", "-", name)
     name = re.sub(r"-{2,}", "-", re.sub(r"\.{2,}", ".", name)).strip("-.")[:96].strip("-.")
     return name or "model"
 

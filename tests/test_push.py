@@ -436,7 +436,15 @@ def test_the_card_redacts_secrets_in_config_and_text():
 
 @pytest.mark.parametrize(
     ("name", "repo"),
-    [("drone-router", "drone-router"), ("my task v2", "my-task-v2"), ("--x..y--", "x.y"), ("!!", "model")],
+    [
+        ("drone-router", "drone-router"),
+        ("my task v2", "my-task-v2"),
+        ("--x..y--", "x.y"),
+        ("!!", "model"),
+        ("voyages-été", "voyages-ete"),
+        ("Año ñandú", "Ano-nandu"),
+        ("予約", "model"),
+    ],
 )
 def test_project_names_become_valid_repo_names(name, repo):
     assert repo_name(name) == repo
