@@ -221,7 +221,10 @@ _TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_si
     str.strip
 )
 _META = st.one_of(
-    st.just({}), st.builds(lambda c: {"category": c}, st.sampled_from(["hover", "land", "rtl"]))
+    st.just({}),
+    st.builds(
+        lambda c: {"category": c}, st.sampled_from(["hover", "land", "rtl", "météo", "予約", "goto waypoint"])
+    ),
 )
 
 
