@@ -245,7 +245,7 @@ def test_labels_spelt_unlike_gold_and_the_seed_are_found_and_respelt(bare_projec
     write_jsonl(root / "dataset" / "gold.jsonl", rows("gold review", ["positive", "négative"] * 2))
     write_jsonl(root / "dataset" / "seed.jsonl", rows("seed review", ["négative", "positive"] * 2))
     canonical = root / "dataset" / "canonical.jsonl"
-    written = ["Positive.", "negative", "positive", "mixed feelings"]
+    written = ["Positive.", "negative", "positive", "mixed feelings", "positive \n", "so-so\n"]
     write_jsonl(canonical, rows("review", written))
     result, data = cli(root, "audit", "--fix", "planner=offline")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -254,9 +254,5 @@ def test_labels_spelt_unlike_gold_and_the_seed_are_found_and_respelt(bare_projec
         (1, "form", "négative"),
     }
     assert data["fixed"] == [0, 1]
-    assert [e.assistant for e in read_examples(canonical)] == [
-        "positive",
-        "négative",
-        "positive",
-        "mixed feelings",
-    ]
+    after = [e.assistant for e in read_examples(canonical)]
+    assert after == ["positive", "négative", "positive", "mixed feelings", "positive \n", "so-so\n"]

@@ -149,7 +149,7 @@ class Conventions:
         """`text` in the form of the project's answers; None when the project's answers are JSON
         and `text` holds none."""
         example = Example("", text)
-        return None if self.mend(example, Counter()) else example.assistant
+        return None if self.mend(example, Counter()) else example.assistant.strip()
 
     def mend(self, example: Example, mended: Counter) -> str | None:
         """Bring `example` into the project's form in place, counting each change in `mended`;
