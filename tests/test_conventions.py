@@ -219,3 +219,8 @@ def test_an_offline_patch_description_names_categories_in_any_script():
     assert match_categories("予約の変更", categories) == ["予約"]
     assert match_categories("waypoints, please", categories) == ["goto_waypoint"]
     assert match_categories("nothing of the kind", categories) == []
+    # another inflection of a long part: its last two letters may differ, no more
+    assert match_categories("примеры бронирования", ["бронирование", "погода"]) == ["бронирование"]
+    assert match_categories("une bagage perdue", categories) == ["bagages"]
+    assert match_categories("réserver un vol", categories) == []  # "réserv" is no inflection of it
+    assert match_categories("a hovel", ["hover", "land"]) == []  # too short to inflect
