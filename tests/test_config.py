@@ -11,7 +11,7 @@ from forge_ml.config import validate_config
 from forge_ml.config.overrides import hydra_string
 from forge_ml.errors import ConfigError, InputError
 from forge_ml.packaged import conf_root
-from forge_ml.project import init_project
+from forge_ml.project import init_project, project_name
 
 CONF = conf_root()
 GROUPS = ["model", "lora", "training", "eval", "task", "tracking", "tune", "experiment"]
@@ -152,6 +152,15 @@ def test_a_project_composes_wherever_it_lives(tmp_path, name):
         project, ["training.epochs=1,3"], lambda c, _: (c.project_dir, c.training.epochs), multirun=True
     )
     assert [job.value for job in result.jobs] == [(str(project.root), 1), (str(project.root), 3)]
+
+
+def test_init_names_a_project_after_its_directory_without_what_a_name_may_not_hold(tmp_path):
+    assert project_name("voyages-été") == "voyages-été"
+    assert project_name("me@host:proj\\v2") == "me-host-proj-v2"  # the experiment's and model's name
+    assert project_name("tab\there") == "tab-here" and project_name("$" + "{x}") == "-{x}"
+    for name in ["#1", "a: b", "- x", "true", "123", "it's [1]"]:  # YAML would read these otherwise
+        project = init_project(tmp_path / name)
+        assert compose_config(project, []).name == project_name(name)
 
 
 def test_a_project_path_holding_an_interpolation_is_refused_naming_it(tmp_path):
