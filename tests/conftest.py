@@ -153,11 +153,12 @@ LONGEST_FIRST = (
     "test_registry_commands.py",
     "test_secret_paths.py",
     "test_probe_pretrain.py",
-    "test_data_commands.py",
+    "test_data_claude.py",
     "test_cluster.py",
     "test_push.py",
     "test_serving.py",
     "test_flywheel.py",
+    "test_data_commands.py",
 )
 
 
