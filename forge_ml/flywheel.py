@@ -24,9 +24,10 @@ from forge_ml.compose import compose_config
 from forge_ml.config import ForgeConfig, config_to_dict, validate_config
 from forge_ml.console import console, print_round
 from forge_ml.data.project_data import load_project_data
-from forge_ml.errors import ConfigError, ForgeError, RuntimeFault, describe
+from forge_ml.errors import ForgeError, RuntimeFault, describe
 from forge_ml.evaluation.report import write_report
 from forge_ml.faults import failpoint
+from forge_ml.flywheel_preflight import check_answer_room_here, check_gold_eval_here
 from forge_ml.flywheel_state import (
     AugmentSummary,
     BestTrial,
@@ -43,7 +44,7 @@ from forge_ml.heartbeat import Heartbeat
 from forge_ml.jobs.evaluate import evaluate_adapter
 from forge_ml.jobs.promote import rebaseline_champion
 from forge_ml.llm import make_client
-from forge_ml.models.loader import load_tokenizer, quantization_config
+from forge_ml.models.loader import load_tokenizer
 from forge_ml.planner import RoundPlanner, read_history
 from forge_ml.planner.history import FAILURES_FILE, read_failures
 from forge_ml.project import Project, ProjectLock, patch_config
@@ -94,8 +95,8 @@ class Flywheel:
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self, *, rebaseline: bool = False) -> FlywheelResult:
-        if not self.skip_train and self.cfg.lora.method == "qlora":
-            self._check_gold_eval_here()
+        if not self.skip_train:
+            check_gold_eval_here(self.cfg)
         with ProjectLock(self.project) as lock, ExitStack() as self._resources, self.heartbeat:
             if lock.recovered:
                 console.print(
@@ -106,6 +107,8 @@ class Flywheel:
             if rebaseline:
                 rebaseline_champion(self.cfg, self.project, self.registry, gold_hash)
             self.registry.check_gold(gold_hash)
+            if not self.skip_train:
+                check_answer_room_here(self.cfg, self.project, data)
             state = load_state(self.project)
             if self.more_rounds is not None:
                 recorded = max((r.round for r in journal.read_records(self.project)), default=0)
@@ -131,20 +134,6 @@ class Flywheel:
                 state = state or RoundState(round=number)
                 self._round(state)
                 state = None
-
-    def _check_gold_eval_here(self) -> None:
-        """Each round's gold evaluation loads the 4-bit base in this process (Ray's workers run only the
-        trials): without CUDA here it would fail after the round's trials, so the loop does not start."""
-        try:
-            quantization_config(self.cfg.lora)
-        except ConfigError as exc:
-            raise ConfigError(
-                f"{exc}. The flywheel scores each round's best adapter on gold in this process, after the "
-                "trials (which Ray may place on GPU workers), so it checks before the first round. On a Ray "
-                "cluster, run it where it sees a GPU: on a head node that has one (docker/compose.yaml's "
-                "does), or on a worker through `forge-ml submit --entrypoint-num-gpus 1 ...`, which holds "
-                "that GPU for the whole job"
-            ) from None
 
     def _stop_reason(self, done: int) -> str | None:
         champion = self.registry.champion()
@@ -388,8 +377,9 @@ class Flywheel:
         state.stage = "gated"
         save_state(self.project, state)
         verdict = "[green]promoted to champion[/]" if decision.promote else "[yellow]not promoted[/]"
+        cut = f" ({report.unfinished} cut at eval.max_new_tokens)" if report.unfinished else ""
         console.print(
-            f"  gold accuracy {report.accuracy:.3f} — v{version.version} {verdict} ({'; '.join(decision.reasons)})"
+            f"  gold accuracy {report.accuracy:.3f}{cut} — v{version.version} {verdict} ({'; '.join(decision.reasons)})"
         )
 
     def _adapter_dir(self, cfg: ForgeConfig, best: BestTrial) -> Path:

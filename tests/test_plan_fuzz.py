@@ -258,7 +258,6 @@ def test_flywheel_runs_every_drawn_plan(rounds_project, data):
     overrides = [
         *FAST,
         "training.epochs=1",
-        "eval.max_new_tokens=12",
         "tune.num_samples=2",
         "planner.min_samples=1",
         "planner.max_samples=2",

@@ -285,7 +285,7 @@ def test_the_models_own_template_system_role_and_end_of_turn(trained, real_base)
     from transformers import AutoTokenizer
 
     from forge_ml.data.project_data import load_project_data
-    from forge_ml.models.generation import generate_batched, render_prompt
+    from forge_ml.models.generation import complete_batched, generate_batched, render_prompt
 
     adapter = trained.summary.adapter_dir
     tokenizer = AutoTokenizer.from_pretrained(adapter)
@@ -322,6 +322,15 @@ def test_the_models_own_template_system_role_and_end_of_turn(trained, real_base)
     stopped = [(row == end).any().item() for new in calls[len(calls) - len(prompts) :] for row in new]
     assert all(stopped), "every answer ends at <|im_end|>, well before max_new_tokens"
     assert all(len(answer.splitlines()) == 1 and "<|im_" not in answer for answer in single)
+
+    # each answer says whether it ended: all of them at 32 tokens, none when cut at 3
+    model.generate = original
+    with torch.inference_mode():
+        whole = complete_batched(model, tokenizer, prompts, batch_size=8, max_new_tokens=32)
+        cut = complete_batched(model, tokenizer, prompts, batch_size=8, max_new_tokens=3)
+    assert [c.text for c in whole] == batched and all(c.ended for c in whole)
+    assert not any(c.ended for c in cut)
+    assert all(w.text.startswith(c.text) and len(c.text) < len(w.text) for c, w in zip(cut, whole))
 
 
 @pytest.fixture(scope="module")

@@ -83,6 +83,23 @@ def test_multirun_leaves_one_complete_run_per_job_then_eval_and_status(small_pro
     scored = f"latest eval (gold) of run {last['run_id'][:8]}: accuracy {report['accuracy']:.3f}"
     assert scored in status.stdout and "judge" not in status.stdout and "train (" in status.stdout
 
+    # too short a limit for gold's answers: warned (not refused: a look at one adapter), and every
+    # output it cut is counted, printed, logged to MLflow and marked in eval_failures.jsonl
+    result = run_cli("eval", *FAST, "eval.max_new_tokens=4", cwd=root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"eval.max_new_tokens=4 is shorter than {gold} of the {gold} gold answers" in " ".join(
+        result.stderr.split()
+    )
+    report = json.loads((root / "output" / "eval_results.json").read_text())
+    rows = [json.loads(line) for line in (root / "output" / "eval_failures.jsonl").read_text().splitlines()]
+    cut = report["unfinished"]
+    assert cut > gold // 2 and cut == sum(1 for row in rows if row.get("unfinished"))
+    assert f"{cut} of {gold} gold outputs stopped at eval.max_new_tokens" in result.stdout
+    latest = client.search_runs(
+        [exp.experiment_id], "tags.`forge.kind` = 'eval'", order_by=["start_time DESC"]
+    )[0]
+    assert latest.data.metrics["gold/unfinished"] == cut
+
 
 @pytest.mark.slow
 def test_demo_config_learns_the_task_well_above_chance(example_project):

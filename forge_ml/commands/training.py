@@ -29,6 +29,16 @@ def _print_train_summary(summary: Any) -> None:
     for name, stats in summary.gold.per_category.items():
         table.add_row(name, f"{stats['accuracy']:.3f}", str(stats["correct"]), str(stats["total"]))
     results.print(table)
+    _print_unfinished(summary.gold)
+
+
+def _print_unfinished(report: Any) -> None:
+    if report.unfinished:
+        results.print(
+            f"[yellow]{report.unfinished} of {report.total} gold outputs stopped at eval.max_new_tokens[/] "
+            "before they ended (their scores count them cut short; see eval_failures.jsonl)",
+            highlight=False,
+        )
 
 
 # Hydra's flags whose value is the next word (`--cfg job`); `--cfg=job` is one word
@@ -188,6 +198,7 @@ def _print_eval(summary: Any) -> None:
             name, f"{stats['accuracy']:.3f}", str(stats["correct"]), str(stats["total"]), *judge_column
         )
     results.print(table)
+    _print_unfinished(r)
 
 
 def run_eval(ctx: Context) -> int:

@@ -8,7 +8,7 @@ from forge_ml.config import EvalConfig
 from forge_ml.data.examples import Example
 from forge_ml.evaluation.report import EvalReport, score_outputs
 from forge_ml.evaluation.scorers import Scorer
-from forge_ml.models.generation import generate_batched, render_prompt
+from forge_ml.models.generation import complete_batched, render_prompt
 from forge_ml.progress import Stage
 
 
@@ -26,7 +26,7 @@ def evaluate_examples(
     """Return the eval report of `model` on `examples` (greedy decoding, left-padded batches)."""
     prompts = [render_prompt(tokenizer, system_prompt, ex.user, system_role=system_role) for ex in examples]
     with Stage(f"generating ({label})", unit="examples", total=len(prompts)) as stage:
-        outputs = generate_batched(
+        completions = complete_batched(
             model,
             tokenizer,
             prompts,
@@ -34,4 +34,5 @@ def evaluate_examples(
             max_new_tokens=cfg.max_new_tokens,
             on_batch=stage.advance,
         )
-    return score_outputs(examples, outputs, scorer, cfg)
+    outputs = [c.text for c in completions]
+    return score_outputs(examples, outputs, scorer, cfg, ended=[c.ended for c in completions])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ class ScoredExample:
     category: str
     score: float
     forbidden: str | None = None  # the forbidden-output pattern it matched
+    ended: bool = True  # False: generation stopped at eval.max_new_tokens before the answer ended
 
 
 @dataclass
@@ -34,6 +36,7 @@ class EvalReport:
     failure_count: int
     per_category: dict[str, dict[str, float]]
     forbidden_count: int = 0
+    unfinished: int = 0  # outputs that ran out of eval.max_new_tokens before they ended
     items: list[ScoredExample] = field(default_factory=list, repr=False)
 
     @property
@@ -41,8 +44,13 @@ class EvalReport:
         return [item for item in self.items if item.score < 1.0]
 
     def metrics(self, prefix: str) -> dict[str, float]:
-        """Return the report as MLflow metrics: `<prefix>/accuracy`, `/failures`, `/accuracy/<category>`."""
-        metrics = {f"{prefix}/accuracy": self.accuracy, f"{prefix}/failures": float(self.failure_count)}
+        """Return the report as MLflow metrics: `<prefix>/accuracy`, `/failures`, `/unfinished`,
+        `/accuracy/<category>`."""
+        metrics = {
+            f"{prefix}/accuracy": self.accuracy,
+            f"{prefix}/failures": float(self.failure_count),
+            f"{prefix}/unfinished": float(self.unfinished),
+        }
         names = self.metric_names
         metrics |= {
             f"{prefix}/accuracy/{names.get(name, name)}": stats["accuracy"]
@@ -77,16 +85,26 @@ class EvalReport:
         return data
 
 
-def score_outputs(examples: list[Example], outputs: list[str], scorer: Scorer, cfg: EvalConfig) -> EvalReport:
-    """Return the report of `outputs` against the examples' expected answers."""
+def score_outputs(
+    examples: list[Example],
+    outputs: list[str],
+    scorer: Scorer,
+    cfg: EvalConfig,
+    *,
+    ended: Sequence[bool] | None = None,
+) -> EvalReport:
+    """Return the report of `outputs` against the examples' expected answers.
+
+    `ended`: whether each output ended, rather than ran out of `max_new_tokens` (counted as `unfinished`).
+    """
     forbidden = [re.compile(p) for p in cfg.forbidden_outputs]
     items = []
-    for ex, actual in zip(examples, outputs, strict=True):
+    ends = [True] * len(outputs) if ended is None else list(ended)
+    for ex, actual, done in zip(examples, outputs, ends, strict=True):
         hit = next((p.pattern for p in forbidden if p.search(actual)), None)
         score = 0.0 if hit else scorer(ex.assistant, actual)
-        items.append(
-            ScoredExample(ex.user, ex.assistant, actual, category_of(ex.meta, ex.assistant, cfg), score, hit)
-        )
+        category = category_of(ex.meta, ex.assistant, cfg)
+        items.append(ScoredExample(ex.user, ex.assistant, actual, category, score, hit, done))
     buckets: dict[str, list[float]] = defaultdict(list)
     for item in items:
         buckets[item.category].append(item.score)
@@ -103,6 +121,7 @@ def score_outputs(examples: list[Example], outputs: list[str], scorer: Scorer, c
         failure_count=total - correct,
         per_category=per_category,
         forbidden_count=sum(1 for item in items if item.forbidden),
+        unfinished=sum(1 for item in items if not item.ended),
         items=items,
     )
 
@@ -125,6 +144,7 @@ def write_report(
                 "score": f.score,
             }
             | ({"forbidden": f.forbidden} if f.forbidden else {})
+            | ({} if f.ended else {"unfinished": True})
             for f in report.failures
         ),
     )

@@ -21,6 +21,7 @@ from forge_ml.data.project_data import read_gold, read_system_prompt
 from forge_ml.errors import ConfigError, InputError
 from forge_ml.evaluation.evaluate import evaluate_examples
 from forge_ml.evaluation.report import EvalReport, write_report
+from forge_ml.evaluation.room import check_answer_room
 from forge_ml.evaluation.scorers import make_scorer
 from forge_ml.jobs.train import LAST_TRAIN
 from forge_ml.models.adapters import is_adapter_dir, load_adapter
@@ -187,6 +188,7 @@ def run_eval(
             prompt = read_system_prompt(project, cfg.task)
             arg = "--adapter" if model is None else f"model={model}"
             loaded = _load_local(cfg, project, model or adapter, prompt, arg)
+        check_answer_room(loaded.tokenizer, gold, cfg.eval, refuse=False)
         number = None if loaded.version is None else str(loaded.version.version)
         run_tags = {
             "forge.kind": "eval",

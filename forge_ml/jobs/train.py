@@ -19,6 +19,7 @@ from forge_ml.data.project_data import ProjectData, load_project_data, merge_see
 from forge_ml.data.tokens import sft_datasets, token_cache
 from forge_ml.evaluation.evaluate import evaluate_examples
 from forge_ml.evaluation.report import EvalReport, write_report
+from forge_ml.evaluation.room import check_answer_room
 from forge_ml.evaluation.scorers import make_scorer
 from forge_ml.fileio import atomic_write_json
 from forge_ml.models.adapters import peft_config_for
@@ -96,6 +97,7 @@ def run_train(
         registry.check_gold(data.hashes["gold"])
     base = resolve_base(cfg, project, data.training_text())
     tokenizer = load_tokenizer(base, cfg.model, project)
+    check_answer_room(tokenizer, data.gold, cfg.eval, refuse=False)  # said before training, not after
     role = cfg.model.system_role
     tokens = sft_datasets(
         data, tokenizer, system_role=role, max_length=cfg.training.max_seq_length, cache=token_cache(project)

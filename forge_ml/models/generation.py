@@ -8,6 +8,7 @@ answers in an environment that has only the model's own requirements.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 # transformers 5.x swaps layers for "Hub kernels" (code fetched from the Hub at load time) unless told
@@ -54,6 +55,14 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
     return ids
 
 
+@dataclass(frozen=True)
+class Completion:
+    """A prompt's answer, and whether it ended (an end-of-turn token) rather than ran out of `max_new_tokens`."""
+
+    text: str
+    ended: bool
+
+
 def generate_batched(
     model: Any,
     tokenizer: Any,
@@ -63,7 +72,23 @@ def generate_batched(
     max_new_tokens: int,
     on_batch: Callable[[int], None] | None = None,
 ) -> list[str]:
-    """Return the greedy completion of each prompt, in input order.
+    """Return the greedy completion of each prompt, in input order (`complete_batched`'s texts)."""
+    completions = complete_batched(
+        model, tokenizer, prompts, batch_size=batch_size, max_new_tokens=max_new_tokens, on_batch=on_batch
+    )
+    return [c.text for c in completions]
+
+
+def complete_batched(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    *,
+    batch_size: int,
+    max_new_tokens: int,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[Completion]:
+    """Return the greedy completion of each prompt, in input order, each with whether it ended.
 
     Prompts are grouped by length so a batch pads little; padding goes on the left so every
     sequence ends where generation starts.
@@ -72,7 +97,7 @@ def generate_batched(
 
     encoded = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
     order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
-    outputs: list[str] = [""] * len(prompts)
+    outputs: list[Completion] = [Completion("", True)] * len(prompts)
     pad_id = tokenizer.pad_token_id
     eos_ids = _eos_ids(model, tokenizer)
     device = next(model.parameters()).device
@@ -97,9 +122,12 @@ def generate_batched(
                     pad_token_id=pad_id,
                     eos_token_id=eos_ids,
                 )
+            new = generated[:, width:]
+            # a row ended where an end-of-turn token appears; a batch that stopped short ended in every row
+            ended = torch.isin(new, torch.tensor(eos_ids, dtype=new.dtype, device=new.device)).any(dim=1)
             for row, i in enumerate(idx):
-                new_tokens = generated[row, width:]
-                outputs[i] = tokenizer.decode(new_tokens, skip_special_tokens=True).strip()
+                text = tokenizer.decode(new[row], skip_special_tokens=True).strip()
+                outputs[i] = Completion(text, bool(ended[row]) or new.shape[1] < max_new_tokens)
             if on_batch is not None:
                 on_batch(len(idx))
     finally:

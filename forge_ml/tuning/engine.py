@@ -23,6 +23,7 @@ from forge_ml.console import console
 from forge_ml.data.project_data import load_project_data, merge_seed
 from forge_ml.data.tokens import in_memory, sft_datasets, token_cache
 from forge_ml.errors import ConfigError, RuntimeFault, describe
+from forge_ml.evaluation.room import check_answer_room
 from forge_ml.evaluation.scorers import make_scorer
 from forge_ml.heartbeat import TrialCounts
 from forge_ml.hub import hub_snapshot
@@ -184,6 +185,7 @@ def run_round(
     make_scorer(cfg.eval, project.root, probe=data.gold)  # a scorer.py that raises fails before training
     base = resolve_base(cfg, project, data.training_text())
     tokenizer = load_tokenizer(base, cfg.model, project)
+    check_answer_room(tokenizer, data.gold, cfg.eval, refuse=True)  # the round's best is gated on gold
     role = cfg.model.system_role
     # with training.max_seq_length in the space the limit differs by trial: not checked here
     limit = None if "training.max_seq_length" in params else cfg.training.max_seq_length
