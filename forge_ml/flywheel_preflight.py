@@ -33,8 +33,8 @@ def check_gold_eval_here(cfg: ForgeConfig) -> None:
 
 
 def check_answer_room_here(cfg: ForgeConfig, project: Project, data: ProjectData) -> None:
-    """Refuse an `eval.max_new_tokens` shorter than gold's answers (with the base model's tokenizer),
-    which would score every round 0 whatever it learned."""
+    """Refuse an `eval.max_new_tokens` shorter than so many of gold's answers (measured with the base
+    model's tokenizer) that no round could reach `eval.target_accuracy`, whatever it learned."""
     if cfg.model.is_tiny:  # the tokenizer the round's tiny model gets, without building a model
         tokenizer = train_tokenizer(data.training_text(), cfg.model.tiny.vocab_size)
     else:
