@@ -27,7 +27,7 @@ KEYS = {
     "ui": [],
     "train": ["runs", "failed_jobs", "gold_accuracy", "adapter", "version"],
     "tune": ["round", "trials", "best_trial", "best_run_id", "best_metrics", "wall_s"],
-    "eval": ["target", "accuracy", "correct", "total", "per_category", "results_path", "version", "judge"],
+    "eval": "target accuracy correct total per_category unfinished results_path version judge".split(),  # noqa: SIM905
     "flywheel": ["rounds_done", "stop_reason", "champion_accuracy", "target_reached", "rounds"],
 }
 

@@ -27,7 +27,7 @@ from forge_ml.registry import CHAMPION, Registry
 
 COMMON = ["command", "success", "exit_code", "run_id", "config_hash"]
 KEYS = {
-    "eval": ["target", "accuracy", "correct", "total", "per_category", "results_path", "version", "judge"],
+    "eval": "target accuracy correct total per_category unfinished results_path version judge".split(),  # noqa: SIM905
     "promote": ["model", "version", "decision", "reasons", "p_value", "compared_to", "champion"],
     "merge": ["model", "version", "out", "base", "adapter_run_id"],
 }
@@ -385,6 +385,7 @@ def test_eval_with_claude_as_judge_direct_and_batched(trained):
     metrics, tags = run.data.metrics, run.data.tags
     assert metrics["judge/accuracy"] == pytest.approx(accuracy) and metrics["judge/requests"] == 4
     assert metrics["judge/input_tokens"] == 4 * 1200 and metrics["gold/accuracy"] == pytest.approx(t.accuracy)
+    assert metrics["judge/unfinished"] == metrics["gold/unfinished"] == data["unfinished"]  # the same outputs
     assert {k: v for k, v in metrics.items() if k.startswith("judge/accuracy/")} == pytest.approx(
         {f"judge/accuracy/{k}": v for k, v in per_category.items()}
     )

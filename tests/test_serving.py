@@ -33,7 +33,9 @@ def champion(tmp_path_factory) -> Iterator[dict]:
     project = init_project(tmp_path_factory.mktemp("serve") / "router", example="drone-router")
     shrink_jsonl(project.root / "dataset" / "canonical.jsonl", 120)
     shrink_jsonl(project.root / "dataset" / "gold.jsonl", 9)
-    args = [*FAST, "planner=offline", "planner.augment_n=0", "tune.num_samples=1", "training.epochs=1"]
+    # its 9 gold answers run to 25 tiny-model tokens: room for them all, or the flywheel refuses
+    args = [*FAST, "eval.max_new_tokens=32", "planner=offline", "planner.augment_n=0", "tune.num_samples=1"]
+    args.append("training.epochs=1")
     result = run_cli("-p", str(project.root), "flywheel", "--rounds", "1", *args)
     assert result.returncode == 0, result.stderr[-3000:]
     uri = f"sqlite:///{project.root / 'mlflow.db'}"

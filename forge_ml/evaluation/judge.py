@@ -197,7 +197,8 @@ def judge_answers(
     judgements = sorted((j for group in judged.values() for j in group), key=lambda j: j.index)
     by_index = {j.index: j.score for j in judgements}
     scores = iter(by_index[i] for i, it in enumerate(report.items) if it.forbidden is None)
-    rescored = score_outputs(gold, [it.actual for it in report.items], lambda _e, _a: next(scores), eval_cfg)
+    outputs, ended = [it.actual for it in report.items], [it.ended for it in report.items]
+    rescored = score_outputs(gold, outputs, lambda _e, _a: next(scores), eval_cfg, ended=ended)
     return JudgeResult(rescored, judgements, usage, planner, batch_id, retried)
 
 
