@@ -98,12 +98,10 @@ class Figures:
 
 
 def end_ids(model: Any, tokenizer: Any) -> set[int]:
-    """Return the token ids that end a generation: the model's generation config and the tokenizer's EOS."""
-    configured = getattr(model.generation_config, "eos_token_id", None)
-    ids = {configured} if isinstance(configured, int) else set(configured or ())
-    if tokenizer.eos_token_id is not None:
-        ids.add(tokenizer.eos_token_id)
-    return ids
+    """Return the token ids that end a generation, as forge-ml's generation stops at them."""
+    from forge_ml.models.generation import stop_token_ids
+
+    return set(stop_token_ids(model.generation_config, tokenizer))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

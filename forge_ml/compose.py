@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forge_ml.config import ForgeConfig, did_you_mean, validate_config
-from forge_ml.config.overrides import hydra_string
+from forge_ml.config.overrides import hydra_string, schema_type
 from forge_ml.errors import ConfigError, ForgeError, InputError, RuntimeFault, describe, first_line
 from forge_ml.project import CONFIG_FILE, Project, read_utf8
 from forge_ml.search import check_override_syntax
@@ -35,6 +35,37 @@ def _project_override(project: Project) -> str:
             "rename or move the directory"
         )
     return f"++project_dir={hydra_string(str(project.root))}"
+
+
+def _forced(overrides: list[str]) -> list[str]:
+    """`overrides` with each plain `key=value` of a setting the schema documents as `++key=value`.
+
+    A packaged group option writes only the settings it changes (model/tiny.yaml has no
+    `chat_template`, lora/full.yaml no `r`), and Hydra refuses to override a key the composed config
+    lacks unless told to add it. Every documented setting takes a plain override, as in forge.yaml;
+    anything else (a typo, a group choice, `hydra.*`) is left for Hydra and the schema to judge.
+    """
+    return [f"++{line}" if _setting(line) else line for line in overrides]
+
+
+def _setting(line: str) -> bool:
+    key = line.split("=", 1)[0].strip()
+    if not key or key[0] in "+~" or "@" in key or "/" in key:
+        return False
+    try:
+        schema_type(key)
+    except ConfigError:
+        return False
+    return True
+
+
+def _as_given(line: str, given: list[str]) -> str:
+    """A job's override as the user wrote it: without the `++` that `_forced` added."""
+    if line.startswith("++") and not any(
+        g.startswith("++") and g.split("=")[0] == line.split("=")[0] for g in given
+    ):
+        return line[2:]
+    return line
 
 
 # Hydra's words for a config group option that does not exist, e.g. `model=nosuch`
@@ -102,7 +133,7 @@ def compose_config(project: Project, overrides: list[str]) -> ForgeConfig:
         with initialize_config_dir(config_dir=str(project.root), version_base=None, job_name="forge-ml"):
             cfg = compose(
                 config_name=CONFIG_FILE.removesuffix(".yaml"),
-                overrides=[*overrides, _project_override(project)],
+                overrides=[*_forced(overrides), _project_override(project)],
             )
     except yaml.YAMLError as exc:
         raise _yaml_error(project, exc) from None
@@ -184,7 +215,7 @@ def launch(
 
     def task(raw: DictConfig) -> Any:
         hc = HydraConfig.get()
-        job_overrides = list(hc.overrides.task)
+        job_overrides = [_as_given(line, overrides) for line in hc.overrides.task]
         record = JobResult(overrides=job_overrides)
         result.jobs.append(record)
         context: dict[str, Any] = {
@@ -210,7 +241,7 @@ def launch(
     argv = [
         "forge-ml",
         *(hydra_flags or []),
-        *overrides,
+        *_forced(overrides),
         _project_override(project),
         f"hydra.job.name={job_name}",
     ]

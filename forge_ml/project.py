@@ -57,11 +57,19 @@ class Project:
         return f"sqlite:///{self.root / 'mlflow.db'}"
 
 
+BOM = "\ufeff"  # a UTF-8 byte-order mark, as Windows tools write one: read past it
+UTF16_MARKS = (b"\xff\xfe", b"\xfe\xff")
+UTF16_HINT = "the file is UTF-16 (it starts with a UTF-16 byte-order mark); save it as UTF-8"
+
+
 def read_utf8(path: Path) -> str:
-    """Return a text file's content; InputError naming the file and the line of the first byte not UTF-8."""
+    """Return a text file's content (without a UTF-8 byte-order mark); InputError naming the file and the
+    line of the first byte not UTF-8, or a UTF-16 file."""
     data = path.read_bytes()
+    if data.startswith(UTF16_MARKS):
+        raise InputError(f"{path}: {UTF16_HINT}")
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8").removeprefix(BOM)
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1

@@ -324,6 +324,53 @@ def test_a_line_in_no_accepted_format_is_an_error_naming_file_line_and_what_is_w
     assert fragment in str(info.value)
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    lines=st.lists(valid_lines(), min_size=1, max_size=6),
+    bom=st.booleans(),
+    newline=st.sampled_from(["\n", "\r\n"]),
+)
+def test_a_file_saved_by_windows_tools_reads_as_the_same_examples(tmp_path_factory, lines, bom, newline):
+    """A UTF-8 byte-order mark (PowerShell's `Set-Content -Encoding UTF8`, Excel) and CRLF line ends."""
+    folder = tmp_path_factory.mktemp("windows")
+    text = newline.join(json.dumps(record, ensure_ascii=False) for record, _, _ in lines) + newline
+    (folder / "data.jsonl").write_bytes(("\ufeff" if bom else "").encode() + text.encode())
+    assert [(e.user, e.assistant) for e in read_examples(folder / "data.jsonl")] == [
+        (u, a) for _, u, a in lines
+    ]
+
+
+def test_a_project_saved_by_windows_tools_loads_as_the_same_data_and_utf16_is_named(project):
+    write_jsonl(
+        project.root / "dataset" / "canonical.jsonl", [rec(f"gen {i}", category="c") for i in range(12)]
+    )
+    (project.root / "system_prompt.md").write_text("Answer with one word.\n", encoding="utf-8")
+    plain = load_project_data(project, TaskConfig(dev_min=2))
+    for name in ("dataset/canonical.jsonl", "dataset/gold.jsonl", "system_prompt.md", "forge.yaml"):
+        path = project.root / name
+        path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes().replace(b"\n", b"\r\n"))
+    windows = load_project_data(project, TaskConfig(dev_min=2))
+    assert windows.system_prompt == plain.system_prompt == "Answer with one word."
+    assert dataset_hash(windows.gold) == dataset_hash(plain.gold)
+    assert windows.rows.column("user").to_pylist() == plain.rows.column("user").to_pylist()
+    assert list(windows.dev_rows) == list(plain.dev_rows)
+    from forge_ml.compose import compose_config
+
+    assert compose_config(project, []).name == project.root.name
+
+    for name in ("dataset/canonical.jsonl", "dataset/gold.jsonl", "system_prompt.md"):
+        path = project.root / name
+        good = path.read_bytes()
+        path.write_bytes(good.decode("utf-8-sig").encode("utf-16"))  # PowerShell 5's `>` and Out-File
+        with pytest.raises(InputError) as info:
+            load_project_data(project, TaskConfig(dev_min=2))
+        assert str(info.value).startswith(f"{path}")
+        assert "the file is UTF-16 (it starts with a UTF-16 byte-order mark); save it as UTF-8" in str(
+            info.value
+        )
+        path.write_bytes(good)
+
+
 def test_a_project_in_the_prompt_completion_format_trains_from_the_same_data(project):
     """seed and gold as TRL prompt-completion pairs: merged into canonical as messages, gold read alike."""
     gold = read_examples(project.root / "dataset" / "gold.jsonl")

@@ -332,6 +332,15 @@ def test_the_models_own_template_system_role_and_end_of_turn(trained, real_base)
     assert not any(c.ended for c in cut)
     assert all(w.text.startswith(c.text) and len(c.text) < len(w.text) for c, w in zip(cut, whole))
 
+    # a base that names another EOS (Qwen2.5 and Llama 3 base models do: <|endoftext|>, <|end_of_text|>)
+    # still stops where its template ends the turn, the token the adapter learnt to write
+    as_base = AutoTokenizer.from_pretrained(adapter)
+    as_base.eos_token = "<|endoftext|>"
+    model.generation_config.eos_token_id = as_base.eos_token_id
+    with torch.inference_mode():
+        based = complete_batched(model, as_base, prompts, batch_size=8, max_new_tokens=32)
+    assert based == whole
+
 
 @pytest.fixture(scope="module")
 def registered(trained):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_ml.errors import InputError
+from forge_ml.project import BOM, UTF16_HINT, UTF16_MARKS
 
 ROLES = ("user", "assistant")
 MAX_LINE_BYTES = 1_000_000
@@ -140,12 +141,17 @@ def parse_record(record: Any, where: str) -> Example:
     return Example(user=turns["user"], assistant=turns["assistant"], meta=meta, origin=where)
 
 
-def decode_line(raw: bytes, where: str) -> Any:
-    """Return the JSON record on one raw line (`BLANK` for a blank line); InputError names `where`."""
+def decode_line(raw: bytes, where: str, *, first: bool = False) -> Any:
+    """Return the JSON record on one raw line (`BLANK` for a blank line); InputError names `where`.
+
+    `first`: the file's first line, where a UTF-16 byte-order mark names the file's encoding.
+    """
     if len(raw) > MAX_LINE_BYTES:
         raise InputError(f"{where}: line is {len(raw)} bytes, over the {MAX_LINE_BYTES} byte limit")
+    if first and raw.startswith(UTF16_MARKS):
+        raise InputError(f"{where}: {UTF16_HINT}")
     try:
-        line = raw.decode("utf-8")
+        line = raw.decode("utf-8").removeprefix(BOM)
     except UnicodeDecodeError as exc:
         raise InputError(f"{where}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
     if not line.strip():
@@ -165,7 +171,7 @@ def read_jsonl(path: Path) -> list[tuple[str, Any]]:
     with path.open("rb") as fh, Stage(f"reading {path.name}", unit="lines") as stage:
         for number, raw in enumerate(fh, start=1):
             where = f"{path}:{number}"
-            record = decode_line(raw, where)
+            record = decode_line(raw, where, first=number == 1)
             if record is not BLANK:
                 records.append((where, record))
             if number % PROGRESS_EVERY == 0:

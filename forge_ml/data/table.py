@@ -348,7 +348,7 @@ def _parse(
             hasher.update(raw)
             line += 1
             where = f"{path}:{line}"
-            record = decode_line(raw, where)
+            record = decode_line(raw, where, first=line == 1)
             if record is BLANK:
                 continue
             example = parse_record(record, where)

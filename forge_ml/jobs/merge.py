@@ -24,7 +24,7 @@ from typing import Any
 from forge_ml import __version__
 from forge_ml.config import ForgeConfig
 from forge_ml.errors import InputError
-from forge_ml.models.generation import NO_HUB_KERNELS
+from forge_ml.models.generation import NO_HUB_KERNELS, stop_token_ids
 from forge_ml.models.loader import torch_dtype
 from forge_ml.project import Project
 from forge_ml.registry import CHAMPION, ModelFiles, Registry
@@ -71,8 +71,12 @@ def merge_into(files: ModelFiles, dest: Path, dtype: str, trust: bool) -> None:
         **NO_HUB_KERNELS,
     )
     merged = PeftModel.from_pretrained(model, str(files.adapter)).merge_and_unload()
-    merged.save_pretrained(str(dest))
     tokenizer = AutoTokenizer.from_pretrained(str(files.adapter), trust_remote_code=trust)
+    # servers (transformers, vLLM, TGI) stop at generation_config's EOS ids: give them the turn's end
+    stops = stop_token_ids(merged.generation_config, tokenizer)
+    if len(stops) > 1:
+        merged.generation_config.eos_token_id = stops
+    merged.save_pretrained(str(dest))
     tokenizer.save_pretrained(str(dest))
 
 

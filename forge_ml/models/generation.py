@@ -43,16 +43,54 @@ def render_prompt(tokenizer: Any, system_prompt: str, user: str, *, system_role:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
-    ids: list[int] = []
-    configured = getattr(model.generation_config, "eos_token_id", None)
-    if isinstance(configured, int):
-        ids.append(configured)
-    elif configured:
-        ids.extend(configured)
-    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
-        ids.append(tokenizer.eos_token_id)
-    return ids
+ANSWER_MARK = "forge-ml answer mark"  # a plain-text answer the end of an assistant turn is found after
+
+
+@dataclass(frozen=True)
+class TurnEnd:
+    """What the chat template writes after an assistant's answer, and its first special token (None: none).
+
+    `rendered` is False when the template would not render a short chat at all.
+    """
+
+    text: str
+    token_id: int | None
+    rendered: bool = True
+
+
+def turn_end(tokenizer: Any) -> TurnEnd:
+    """Return how the tokenizer's chat template ends an assistant's turn.
+
+    A model is trained on the template's rendering, so it learns to end each answer with this token
+    (`<|im_end|>`, `<|eot_id|>`, `<end_of_turn>`, `</s>`...). Base models often name another token
+    as their EOS (Qwen2.5 and Llama 3 base: `<|endoftext|>`, `<|end_of_text|>`), so generation
+    must stop at this one too.
+    """
+    import jinja2
+
+    chat = [{"role": "user", "content": "q"}, {"role": "assistant", "content": ANSWER_MARK}]
+    for messages in (chat, [{"role": "system", "content": "s"}, *chat]):
+        try:
+            full = tokenizer.apply_chat_template(messages, tokenize=False)
+            break
+        except jinja2.TemplateError:  # e.g. a template that wants a system turn first
+            continue
+    else:
+        return TurnEnd("", None, rendered=False)
+    at = full.rfind(ANSWER_MARK)
+    text = full[at + len(ANSWER_MARK) :] if at >= 0 else ""
+    special = set(tokenizer.all_special_ids)
+    special.update(i for i, added in tokenizer.added_tokens_decoder.items() if added.special)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+    return TurnEnd(text, next((i for i in ids if i in special), None))
+
+
+def stop_token_ids(generation_config: Any, tokenizer: Any) -> list[int]:
+    """Return the token ids generation stops at: the model's EOS ids, the tokenizer's, and the turn's end."""
+    configured = getattr(generation_config, "eos_token_id", None)
+    ids = [configured] if isinstance(configured, int) else list(configured or [])
+    ids += [tokenizer.eos_token_id, turn_end(tokenizer).token_id]
+    return list(dict.fromkeys(i for i in ids if i is not None))
 
 
 @dataclass(frozen=True)
@@ -99,7 +137,7 @@ def complete_batched(
     order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
     outputs: list[Completion] = [Completion("", True)] * len(prompts)
     pad_id = tokenizer.pad_token_id
-    eos_ids = _eos_ids(model, tokenizer)
+    stop_ids = stop_token_ids(model.generation_config, tokenizer)
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -120,11 +158,11 @@ def complete_batched(
                     max_new_tokens=max_new_tokens,
                     do_sample=False,
                     pad_token_id=pad_id,
-                    eos_token_id=eos_ids,
+                    eos_token_id=stop_ids,
                 )
             new = generated[:, width:]
             # a row ended where an end-of-turn token appears; a batch that stopped short ended in every row
-            ended = torch.isin(new, torch.tensor(eos_ids, dtype=new.dtype, device=new.device)).any(dim=1)
+            ended = torch.isin(new, torch.tensor(stop_ids, dtype=new.dtype, device=new.device)).any(dim=1)
             for row, i in enumerate(idx):
                 text = tokenizer.decode(new[row], skip_special_tokens=True).strip()
                 outputs[i] = Completion(text, bool(ended[row]) or new.shape[1] < max_new_tokens)

@@ -10,13 +10,13 @@ from typing import Any
 from forge_ml import hub
 from forge_ml.config import ForgeConfig, LoraConfig, ModelConfig
 from forge_ml.errors import ConfigError, ForgeError, InputError, RuntimeFault, describe
-from forge_ml.models.generation import NO_HUB_KERNELS, auto_dtype
+from forge_ml.models.generation import NO_HUB_KERNELS, auto_dtype, turn_end
 from forge_ml.models.offline_copy import prepare_offline_copy
 from forge_ml.models.provenance import BaseProvenance, local_provenance
 from forge_ml.models.source import is_local, resolve_model_source
 from forge_ml.models.tiny import build_tiny_model
 from forge_ml.progress import Stage
-from forge_ml.project import Project
+from forge_ml.project import Project, read_utf8
 
 log = logging.getLogger(__name__)
 
@@ -154,18 +154,37 @@ def load_tokenizer(ref: BaseModelRef, model_cfg: ModelConfig, project: Project) 
         )
     except (OSError, ValueError) as exc:
         raise _hub_error(ref, exc, project.root) from exc
+    template = ref.source
     if model_cfg.chat_template:
         path = project.resolve(model_cfg.chat_template)
         if not path.is_file():
             raise InputError(f"model.chat_template: {path} not found")
-        tokenizer.chat_template = path.read_text(encoding="utf-8")
+        tokenizer.chat_template = read_utf8(path)
+        template = str(path)
     if not getattr(tokenizer, "chat_template", None):
         raise ConfigError(
             f"model.chat_template: {ref.source} ships no chat template; set model.chat_template to a Jinja file"
         )
+    check_turn_end(tokenizer, template)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = model_cfg.pad_token or tokenizer.eos_token
     return tokenizer
+
+
+def check_turn_end(tokenizer: Any, template: str) -> None:
+    """ConfigError unless the chat template ends an assistant's answer with a special token to stop at.
+
+    Without one a trained model has nothing that ends generation: every answer runs on to
+    `eval.max_new_tokens` and no whole-answer scorer can give it credit.
+    """
+    end = turn_end(tokenizer)
+    if end.rendered and end.token_id is None:
+        raise ConfigError(
+            f"model.chat_template: the chat template of {template} writes {end.text!r} after an assistant's "
+            "answer, no special token, so a trained model has no token to stop at and every answer would "
+            "run on to eval.max_new_tokens; end the assistant's turn with {{ eos_token }} (or the model's "
+            "own end-of-turn token)"
+        )
 
 
 def quantization_config(lora: LoraConfig) -> Any:
