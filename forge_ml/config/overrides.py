@@ -29,7 +29,9 @@ def hydra_string(value: str) -> str:
 
     Backslashes before a quote or the end are doubled, quotes escaped (Hydra's rule for quoted
     values), and `${` escaped so that OmegaConf does not read an interpolation into it."""
-    body = re.sub(r"(\\+)(?='|$)", lambda run: run.group(1) * 2, value.replace("${", "\\${"))
+    # OmegaConf reads `\\` before `${` as one backslash: a run of them there is doubled, then `${` escaped
+    escaped = re.sub(r"(\\*)\$\{", lambda run: run.group(1) * 2 + "\\${", value)
+    body = re.sub(r"(\\+)(?='|$)", lambda run: run.group(1) * 2, escaped)
     return "'" + body.replace("'", "\\'") + "'"
 
 
