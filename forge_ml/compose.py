@@ -60,10 +60,9 @@ def _setting(line: str) -> bool:
 
 
 def _as_given(line: str, given: list[str]) -> str:
-    """A job's override as the user wrote it: without the `++` that `_forced` added."""
-    if line.startswith("++") and not any(
-        g.startswith("++") and g.split("=")[0] == line.split("=")[0] for g in given
-    ):
+    """A job's override as the user wrote it: without the `++` that `_forced` added to a plain one."""
+    key = line.split("=", 1)[0]
+    if line.startswith("++") and any(_setting(g) and g.split("=", 1)[0] == key[2:] for g in given):
         return line[2:]
     return line
 

@@ -237,3 +237,17 @@ def test_every_documented_setting_takes_a_plain_override_under_every_packaged_op
         assert str(exc).startswith("invalid configuration:") and "unknown key" not in str(exc), str(exc)
         return
     assert config_value(cfg, key) == value
+
+
+def test_a_jobs_overrides_are_recorded_as_the_user_wrote_them(blank):
+    """The `++` given to plain settings stays out of what a run records and a failed job shows."""
+    given = ["training.epochs=1", "++training.seed=3", "model.chat_template=x.jinja"]
+    (job,) = launch(blank, given, lambda c, context: (context["forge.overrides"], c.model.chat_template)).jobs
+    assert job.value == (" ".join(given), "x.jinja")
+    assert job.overrides[:3] == given and job.overrides[3].startswith("++project_dir=")
+    swept = launch(blank, ["lora.quant_type=nf4,fp4"], lambda c, _: c.lora.quant_type, multirun=True).jobs
+    assert [(job.overrides[0], job.value) for job in swept] == [
+        ("lora.quant_type=nf4", "nf4"),
+        ("lora.quant_type=fp4", "fp4"),
+    ]
+    assert all(job.overrides[1].startswith("++project_dir=") for job in swept)
