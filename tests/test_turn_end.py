@@ -16,6 +16,7 @@ from conftest import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import AddedToken
+from transformers import GenerationConfig
 
 from forge_ml.errors import ConfigError
 from forge_ml.models.generation import stop_token_ids, turn_end
@@ -32,11 +33,6 @@ def tokenizer():
     tok = train_tokenizer(texts, 400)
     tok.add_tokens([AddedToken(token, special=True) for token in EXTRA_SPECIALS])
     return tok
-
-
-class GenerationConfig:
-    def __init__(self, eos_token_id):
-        self.eos_token_id = eos_token_id
 
 
 def template(header: str, before: str, end: str, after: str) -> str:
@@ -73,7 +69,7 @@ def test_the_turns_end_is_found_and_generation_stops_there(
         eos_ids = [ids(token) for token in configured]
     else:
         eos_ids = None if configured is None else ids(configured)
-    stops = stop_token_ids(GenerationConfig(eos_ids), tokenizer)
+    stops = stop_token_ids(GenerationConfig(eos_token_id=eos_ids), tokenizer)
     assert len(stops) == len(set(stops))
     wanted = {ids(eos)} | ({ids(end)} if special else set())
     wanted |= set(eos_ids if isinstance(eos_ids, list) else [] if eos_ids is None else [eos_ids])
@@ -121,7 +117,7 @@ def test_a_merged_model_stops_at_the_turns_end_where_its_base_names_another_eos(
     import json
 
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from forge_ml.config.model import TinyModelConfig
     from forge_ml.jobs.merge import merge_into
