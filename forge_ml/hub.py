@@ -1,7 +1,7 @@
 """The Hugging Face Hub: the only module that talks to it, through `huggingface_hub`.
 
 `HubClient(token).push(...)` creates the model repo (private unless asked otherwise) and commits
-the adapter, its tokenizer and a model card in one commit; `model_card(facts)` renders that card.
+the adapter, its tokenizer and a model card (forge_ml/model_card.py) in one commit.
 The token comes from the `HF_TOKEN` environment variable only (`hub_token()`), is handed to
 `huggingface_hub` and goes nowhere else. The Hub address is `huggingface_hub`'s own: `HF_ENDPOINT`,
 else https://huggingface.co. Importing this module sends nothing: `huggingface_hub` is imported by
@@ -15,15 +15,13 @@ import re
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from forge_ml.errors import InputError, RuntimeFault, describe, first_line
-from forge_ml.secrets import redact_mapping, redact_text
+from forge_ml.secrets import redact_text
 
 TOKEN_ENV = "HF_TOKEN"
-CARD_FILE = "README.md"
 # a Hub repo id: namespace/name, letters, digits, '-', '_', '.'; no '--' or '..'; at most 96 per part
 _PART = r"(?!.*(?:--|\.\.))[A-Za-z0-9](?:[\w.-]{0,94}[A-Za-z0-9])?"
 REPO_ID = re.compile(rf"^{_PART}/{_PART}$")
@@ -168,187 +166,6 @@ class HubClient:
             raise RuntimeFault(
                 f"the Hub at {self.endpoint} is unreachable while {doing} ({describe(exc)})"
             ) from None
-
-
-# ---- the model card ----
-
-CONFIG_GROUPS = ("model", "lora", "training", "eval")
-
-
-@dataclass
-class CardFacts:
-    """Everything a model card says about one registry version."""
-
-    repo_id: str
-    registered_model: str
-    version: str
-    aliases: list[str]
-    base_source: str
-    base_revision: str | None
-    base_built_locally: bool
-    source_run_id: str
-    round_run_id: str | None
-    gold_accuracy: float | None
-    gold_per_category: dict[str, float]
-    gold_total: int | None
-    gold_hash: str | None
-    data: dict[str, str] = field(default_factory=dict)  # dataset hashes and counts, by name
-    config: dict[str, Any] = field(default_factory=dict)  # flattened config of the relevant groups
-    system_prompt: str | None = None
-    gate: str | None = None
-    base_provenance: dict[str, str] = field(default_factory=dict)  # BaseProvenance.to_dict()
-
-    @property
-    def base_kind(self) -> str:
-        """hub | local | offline-copy | tiny (versions of before provenance: tiny when built locally)."""
-        return self.base_provenance.get("kind") or ("tiny" if self.base_built_locally else "hub")
-
-    @property
-    def base_hub_id(self) -> str | None:
-        """The Hub id this adapter's base is (or stands in for); None for a local or tiny base."""
-        if self.base_kind == "hub":
-            return self.base_source
-        if self.base_kind == "offline-copy":
-            return self.base_provenance.get("stands_in_for")
-        return None
-
-
-def relevant_config(flat: dict[str, Any]) -> dict[str, Any]:
-    """Return the model/lora/training/eval keys of a flattened config, secrets redacted, sorted.
-
-    `model.source` (where the base loaded from, possibly a local path) is left to the card's base section.
-    """
-    keep = {k: v for k, v in flat.items() if k.split(".", 1)[0] in CONFIG_GROUPS and k != "model.source"}
-    return dict(sorted(redact_mapping(keep).items()))
-
-
-def _front_matter(facts: CardFacts) -> str:
-    import yaml
-
-    meta: dict[str, Any] = {}
-    if facts.base_hub_id:
-        meta["base_model"] = facts.base_hub_id
-    meta["library_name"] = "peft"
-    meta["tags"] = ["forge-ml", "lora", "peft"]
-    return yaml.safe_dump(meta, sort_keys=False, allow_unicode=True)
-
-
-def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def _table(header: tuple[str, str], rows: list[tuple[str, str]]) -> list[str]:
-    lines = [f"| {header[0]} | {header[1]} |", "|---|---|"]
-    return lines + [f"| {_cell(a)} | {_cell(b)} |" for a, b in rows]
-
-
-def _base_lines(facts: CardFacts) -> list[str]:
-    prov = facts.base_provenance
-    if facts.base_kind == "offline-copy":
-        hub_id = facts.base_hub_id
-        return [
-            f"- base model: an offline copy of [{hub_id}](https://huggingface.co/{hub_id})",
-            f"- weights: `{prov.get('file')}` from the Python package `{prov.get('name')}=={prov.get('version')}`, "
-            f"{prov.get('note', 'converted')}",
-            f"- weights file sha256: `{prov.get('sha256')}`",
-            "- the Hub's own weights differ from these by the quantization round trip: evaluate the adapter "
-            "on them before relying on it",
-        ]
-    if facts.base_kind == "local":
-        return [
-            f"- base model: a local directory (`{Path(facts.base_source).name}`), not on the Hub",
-            "- revision: none (a local directory)",
-        ]
-    if facts.base_kind == "tiny":
-        return [
-            f"- base model: built locally by forge-ml (`model=tiny`, `{Path(facts.base_source).name}`); "
-            "it is not on the Hub, so this adapter loads only on that base (rebuild it from the project)",
-            "- revision: none (a local build)",
-        ]
-    return [
-        f"- base model: [{facts.base_source}](https://huggingface.co/{facts.base_source})",
-        f"- revision: `{facts.base_revision or 'main (unpinned)'}`",
-    ]
-
-
-def _usage(facts: CardFacts) -> list[str]:
-    if not facts.base_hub_id:
-        return []
-    return [
-        "## Usage",
-        "",
-        "```python",
-        "from peft import AutoPeftModelForCausalLM",
-        "from transformers import AutoTokenizer",
-        "",
-        f'model = AutoPeftModelForCausalLM.from_pretrained("{facts.repo_id}")',
-        f'tokenizer = AutoTokenizer.from_pretrained("{facts.repo_id}")',
-        "```",
-        "",
-    ]
-
-
-def model_card(facts: CardFacts) -> str:
-    """Return the README.md of a pushed version: YAML front matter, then lineage, data, gold, config."""
-    name = facts.repo_id.split("/", 1)[-1]
-    aliases = ", ".join(f"@{a}" for a in facts.aliases) or "none"
-    lineage = [
-        ("registered model", f"`{facts.registered_model}`"),
-        ("registry version", f"`{facts.version}`"),
-        ("aliases", aliases),
-        ("source run", f"`{facts.source_run_id}`"),
-        (
-            "round run",
-            f"`{facts.round_run_id}`" if facts.round_run_id else "none (not from a flywheel round)",
-        ),
-    ]
-    if facts.gate:
-        lineage.append(("gate", facts.gate))
-    lines = [
-        "---",
-        _front_matter(facts).rstrip("\n"),
-        "---",
-        "",
-        f"# {name}",
-        "",
-        f"A LoRA adapter (with its tokenizer) trained and selected by forge-ml: version {facts.version} "
-        f"of the registered model `{facts.registered_model}` ({aliases}).",
-        "",
-        "## Base model",
-        "",
-        *_base_lines(facts),
-        "",
-        "## Lineage (MLflow)",
-        "",
-        *_table(("field", "value"), lineage),
-        "",
-        "## Data",
-        "",
-        *_table(("field", "value"), [(k, f"`{v}`") for k, v in sorted(facts.data.items())] or [("-", "-")]),
-        "",
-        "## Gold evaluation",
-        "",
-    ]
-    if facts.gold_accuracy is None:
-        lines += ["No gold outcome was recorded for this version.", ""]
-    else:
-        lines += [
-            f"- gold accuracy: {facts.gold_accuracy:.4f} on {facts.gold_total} examples "
-            f"(gold hash `{facts.gold_hash}`)",
-            "",
-            *_table(
-                ("category", "gold accuracy"),
-                [(c, f"{a:.4f}") for c, a in sorted(facts.gold_per_category.items())],
-            ),
-            "",
-        ]
-    config_rows = [(k, f"`{v}`") for k, v in redact_mapping(facts.config).items()] or [("-", "not recorded")]
-    lines += ["## Configuration (as trained)", "", *_table(("key", "value"), config_rows), ""]
-    if facts.system_prompt:
-        lines += ["## System prompt (used at training, evaluation and serving)", "", "```text"]
-        lines += [facts.system_prompt.strip(), "```", ""]
-    lines += _usage(facts)
-    return redact_text("\n".join(lines).rstrip("\n") + "\n")
 
 
 def hub_snapshot(repo_id: str, revision: str | None) -> tuple[str, str | None]:

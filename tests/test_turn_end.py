@@ -4,7 +4,8 @@ A model is trained on its template's rendering, so it learns to end each answer 
 the template writes there (`<|im_end|>`, `<|eot_id|>`, `<end_of_turn>`, `</s>`). Base models
 often name another token as EOS (Qwen2.5 and Llama 3 base: `<|endoftext|>`, `<|end_of_text|>`);
 generation must stop at the turn's end too, and a template with no special token there is refused
-before anything trains.
+before anything trains. What a template writes before an answer (Qwen3's empty `<think>` block) is
+prompt: trained after it, a model answers with the answer alone.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from hypothesis import strategies as st
 from tokenizers import AddedToken
 from transformers import GenerationConfig
 
+from forge_ml.data.chat import IGNORE_INDEX, encode_text, tokenize_for_sft
+from forge_ml.data.examples import Example
+from forge_ml.data.tokens import ChatEncoder
 from forge_ml.errors import ConfigError
-from forge_ml.models.generation import stop_token_ids, turn_end
+from forge_ml.models.generation import build_messages, render_prompt, stop_token_ids, turn_end
 from forge_ml.models.loader import check_turn_end
 from forge_ml.models.tiny import train_tokenizer
 
@@ -145,3 +149,109 @@ def test_a_merged_model_stops_at_the_turns_end_where_its_base_names_another_eos(
     saved = json.loads((tmp_path / "merged" / "generation_config.json").read_text())
     assert saved["eos_token_id"] == [ids(BOS), ids(EOS)]
     assert GenerationConfig.from_pretrained(tmp_path / "merged").eos_token_id == [ids(BOS), ids(EOS)]
+
+
+def lead_template(lead: str) -> str:
+    """ChatML, but the last assistant turn writes `lead` before its answer, as Qwen3's template writes
+    `<think>\n\n</think>\n\n`; the generation prompt does not."""
+    turn = (
+        "{{ '<|im_start|>' + m['role'] + '\\n' }}"
+        f"{{% if m['role'] == 'assistant' and loop.last %}}{{{{ {lead!r} }}}}{{% endif %}}"
+        "{{ m['content'] + '<|im_end|>\\n' }}"
+    )
+    prompt = "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    return f"{{% for m in messages %}}{turn}{{% endfor %}}{prompt}"
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    lead=st.one_of(
+        st.sampled_from(["<think>\n\n</think>\n\n", "Answer: ", "<|eot_id|>", " ", "\n\n", ""]),
+        st.text(st.characters(exclude_categories=["Cs"]), max_size=12),
+    ),
+    user=st.text(min_size=1, max_size=30),
+    answer=st.text(min_size=1, max_size=30),
+    system_role=st.booleans(),
+)
+def test_what_the_template_writes_before_an_answer_is_prompt_not_answer(
+    tokenizer, lead, user, answer, system_role
+):
+    tokenizer.chat_template = lead_template(lead)
+    tokenizer.eos_token = "<|im_end|>"
+    messages = build_messages("route drones", user, system_role=system_role)
+    header = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    visible = bool(lead.strip())  # whitespace alone stays with the answer, as forge-ml always trained it
+    prompt = render_prompt(tokenizer, "route drones", user, system_role=system_role)
+    assert prompt == header + (lead if visible else "")
+
+    columns = tokenize_for_sft([Example(user, answer)], tokenizer, "route drones", system_role=system_role)
+    learned = [t for t in columns["labels"][0] if t != IGNORE_INDEX]
+    assert learned == encode_text(tokenizer, ("" if visible else lead) + answer + "<|im_end|>\n")
+    assert columns["input_ids"][0] == encode_text(tokenizer, prompt) + learned
+    ids, prompt_lens = ChatEncoder(tokenizer, "route drones", system_role).encode([user], [answer])
+    assert ids == columns["input_ids"] and prompt_lens == [len(ids[0]) - len(learned)]
+
+
+@pytest.mark.parametrize(
+    ("lead", "probed", "second"),
+    [  # the probe's lead is not where a pair's starts / is the start of a pair's longer lead
+        ("'Re: ' + messages[loop.index0 - 1]['content'] + ' -> '", "Re: A -> ", "Re: land now -> "),
+        ("'Re' + '!' * (messages[loop.index0 - 1]['content'] | length)", "Re!", "Re" + "!" * 8),
+    ],
+)
+def test_a_lead_that_depends_on_the_chat_is_found_for_each_pair(tokenizer, lead, probed, second):
+    """The encoder finds the lead once; a template whose lead depends on the chat is caught (by a
+    pair's rendering, or by the check on each batch's first pairs) and then rendered pair by pair,
+    as `tokenize_for_sft` does."""
+    tokenizer.eos_token = "<|im_end|>"
+    tokenizer.chat_template = lead_template("").replace("{{ '' }}", "{{ " + lead + " }}")
+    users, answers = ["take off", "land now", "hover 5 s"], ["up", "down", "stay"]
+    expected = tokenize_for_sft(
+        [Example(u, a) for u, a in zip(users, answers)], tokenizer, "route drones", system_role=True
+    )
+    learned = [t for t in expected["labels"][1] if t != IGNORE_INDEX]
+    assert learned == encode_text(tokenizer, "down<|im_end|>\n")
+    prompt = render_prompt(tokenizer, "route drones", users[1])
+    assert prompt.endswith(f"assistant\n{second}")
+    encoder = ChatEncoder(tokenizer, "route drones", True)
+    assert encoder.lead == probed
+    ids, _ = encoder.encode(users, answers)
+    assert ids == expected["input_ids"] and encoder.lead is None
+
+
+LLAMA_DATE = (  # Llama 3.2's way: today's date unless the caller gives `date_string`
+    "{% if not date_string is defined %}{% if strftime_now is defined %}"
+    "{% set date_string = strftime_now('%d %b %Y') %}{% else %}{% set date_string = '26 Jul 2024' %}"
+    "{% endif %}{% endif %}{{ '<|im_start|>system\\nToday Date: ' + date_string + '<|im_end|>\\n' }}"
+)
+
+
+@pytest.mark.parametrize("system_role", [True, False])
+def test_a_template_that_writes_today_gets_one_fixed_date_in_training_and_serving(tokenizer, system_role):
+    from datetime import datetime, timedelta
+
+    tokenizer.chat_template = LLAMA_DATE + lead_template("")
+    tokenizer.eos_token = "<|im_end|>"
+    prompt = render_prompt(tokenizer, "route drones", "land now", system_role=system_role)
+    assert "Today Date: 26 Jul 2024" in prompt
+    for day in (datetime.now(), datetime.now() - timedelta(days=1)):  # the render straddling midnight
+        assert day.strftime("%d %b %Y") not in prompt
+    columns = tokenize_for_sft(
+        [Example("land now", "ok")], tokenizer, "route drones", system_role=system_role
+    )
+    assert columns["input_ids"][0][: len(encode_text(tokenizer, prompt))] == encode_text(tokenizer, prompt)
+
+
+def test_a_template_that_reads_the_clock_itself_is_warned_about(tokenizer, caplog):
+    from forge_ml.models.loader import check_fixed_date
+
+    tokenizer.eos_token = "<|im_end|>"
+    tokenizer.chat_template = LLAMA_DATE + lead_template("")
+    with caplog.at_level("WARNING", logger="forge_ml.models.loader"):
+        check_fixed_date(tokenizer, "llama.jinja")  # reads date_string: fixed, nothing to say
+    assert not caplog.records
+    tokenizer.chat_template = "{{ strftime_now('%Y-%m-%d') }}" + lead_template("")
+    with caplog.at_level("WARNING", logger="forge_ml.models.loader"):
+        check_fixed_date(tokenizer, "clock.jinja")
+    (record,) = caplog.records
+    assert "the chat template of clock.jinja writes today's date" in record.getMessage()

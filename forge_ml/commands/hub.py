@@ -38,7 +38,7 @@ def _card_facts(registry: Any, files: Any, repo_id: str) -> Any:
     """Collect the card's facts: base, lineage run ids, data hashes and counts, gold, config as trained."""
     from forge_ml.errors import ConfigError
     from forge_ml.gate import GoldOutcome
-    from forge_ml.hub import CardFacts, relevant_config
+    from forge_ml.model_card import CardFacts, relevant_config
 
     version = files.version
     tags = dict(version.tags)
@@ -60,6 +60,7 @@ def _card_facts(registry: Any, files: Any, repo_id: str) -> Any:
         gold = None
     decision = tags.get("forge.gate.decision")
     base = files.settings["base"]
+    system_role = bool(files.settings.get("system_role", True))
     return CardFacts(
         repo_id=repo_id,
         registered_model=registry.name,
@@ -79,16 +80,48 @@ def _card_facts(registry: Any, files: Any, repo_id: str) -> Any:
         config=relevant_config(dict(source.data.params)),
         system_prompt=files.settings.get("system_prompt"),
         gate=f"{decision}: {tags.get('forge.gate.reasons', '')}" if decision else None,
+        system_role=system_role,
+        max_new_tokens=int(files.settings.get("max_new_tokens", 64)),
+        **_prompting(files.adapter, files.settings.get("system_prompt") or "", system_role),
     )
 
 
-def _adapter_files(adapter_dir: Path) -> dict[str, Path]:
-    """Every file of the adapter dir (adapter weights and config, tokenizer) but PEFT's own README."""
-    from forge_ml.hub import CARD_FILE
+def _prompting(adapter_dir: Path, system_prompt: str, system_role: bool) -> dict[str, Any]:
+    """How the version is prompted, from its tokenizer: the tokens generation stops at (the chat
+    template's end of turn, the EOS) and the text the template writes before every answer."""
+    from transformers import AutoTokenizer
 
-    files = {p.relative_to(adapter_dir).as_posix(): p for p in sorted(adapter_dir.rglob("*")) if p.is_file()}
-    files.pop(CARD_FILE, None)
-    return files
+    from forge_ml.models.generation import (
+        TEMPLATE_DATE,
+        answer_lead,
+        build_messages,
+        chat_text,
+        stop_token_ids,
+    )
+
+    tokenizer = AutoTokenizer.from_pretrained(adapter_dir)
+    messages = build_messages(system_prompt, "q", system_role=system_role)
+    header = chat_text(tokenizer, messages, add_generation_prompt=True)
+    return {
+        "template_date": TEMPLATE_DATE if "date_string" in str(tokenizer.chat_template) else None,
+        "stop_tokens": [tokenizer.convert_ids_to_tokens(i) for i in stop_token_ids(None, tokenizer)],
+        "answer_lead": answer_lead(tokenizer, messages, header),
+    }
+
+
+def _uploads(adapter_dir: Path, facts: Any, card: Path) -> dict[str, Path | bytes]:
+    """Every file of the adapter dir (weights, tokenizer) but PEFT's own README; the card; the adapter
+    config naming the base as the Hub knows it."""
+    import json
+
+    from forge_ml.model_card import ADAPTER_CONFIG_FILE, CARD_FILE, hub_adapter_config
+
+    files: dict[str, Path | bytes] = {
+        p.relative_to(adapter_dir).as_posix(): p for p in sorted(adapter_dir.rglob("*")) if p.is_file()
+    }
+    config = json.loads((adapter_dir / ADAPTER_CONFIG_FILE).read_text(encoding="utf-8"))
+    published = json.dumps(hub_adapter_config(config, facts), indent=2, sort_keys=True) + "\n"
+    return files | {ADAPTER_CONFIG_FILE: published.encode("utf-8"), CARD_FILE: card}
 
 
 def _print_push(result: Any, model: str, version: str, aliases: list[str], sizes: dict[str, int]) -> None:
@@ -111,7 +144,8 @@ def _print_push(result: Any, model: str, version: str, aliases: list[str], sizes
 
 
 def run_push(ctx: Context) -> int:
-    from forge_ml.hub import CARD_FILE, HubClient, check_repo_id, hub_token, model_card, repo_name
+    from forge_ml.hub import HubClient, check_repo_id, hub_token, repo_name
+    from forge_ml.model_card import CARD_FILE, model_card
     from forge_ml.registry import CHAMPION, Registry
     from forge_ml.tracking import Tracker, tracking_uri
 
@@ -137,10 +171,10 @@ def run_push(ctx: Context) -> int:
         hub = HubClient(token)
         repo_id = repo_id or f"{hub.user()}/{repo_name(cfg.name)}"
         ctx.report(repo=repo_id)
-        card = model_card(_card_facts(registry, files, repo_id))
+        facts = _card_facts(registry, files, repo_id)
         card_path = Path(tmp) / CARD_FILE
-        card_path.write_text(card, encoding="utf-8")
-        uploads: dict[str, Path] = {**_adapter_files(files.adapter), CARD_FILE: card_path}
+        card_path.write_text(model_card(facts), encoding="utf-8")
+        uploads = _uploads(files.adapter, facts, card_path)
         console.print(
             f"pushing {registry.name} v{number}: {len(uploads)} files to {repo_id} on {hub.endpoint}"
         )
@@ -180,7 +214,7 @@ def run_push(ctx: Context) -> int:
             run.log_artifact(card_path, "hub")
         registry.client.set_model_version_tag(registry.name, number, "forge.hub.repo", repo_id)
         registry.client.set_model_version_tag(registry.name, number, "forge.hub.commit", result.commit)
-        sizes = {path: local.stat().st_size for path, local in uploads.items()}
+        sizes = {p: len(f) if isinstance(f, bytes) else f.stat().st_size for p, f in uploads.items()}
     ctx.report(
         private=result.private,
         commit=result.commit,

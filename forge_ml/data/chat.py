@@ -12,7 +12,7 @@ from typing import Any
 
 from forge_ml.data.examples import Example
 from forge_ml.errors import InputError
-from forge_ml.models.generation import build_messages, render_prompt
+from forge_ml.models.generation import build_messages, chat_text, render_prompt
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ def render_completion(
     """Return the text the template puts after `prompt` for the assistant's answer (end-of-turn included)."""
     messages = build_messages(system_prompt, example.user, system_role=system_role)
     messages.append({"role": "assistant", "content": example.assistant})
-    full = tokenizer.apply_chat_template(messages, tokenize=False)
+    full = chat_text(tokenizer, messages)
     if not full.startswith(prompt):
         raise ValueError(
             "the chat template renders the prompt differently with and without the answer; "

@@ -31,12 +31,12 @@ from forge_ml.data.chat import IGNORE_INDEX, check_lengths_of, encode_text, rend
 from forge_ml.data.examples import Example
 from forge_ml.data.table import digests
 from forge_ml.fileio import remove_orphans, writer_tag
-from forge_ml.models.generation import render_prompt
+from forge_ml.models.generation import answer_lead, build_messages, chat_text, render_prompt
 from forge_ml.progress import Stage
 
 log = logging.getLogger(__name__)
 
-TOKENS_FORMAT = 1  # bump when what a shard holds changes
+TOKENS_FORMAT = 2  # bump when what a shard holds changes (2: a template's text before every answer is prompt)
 SHARD_ROWS = 4096
 ENCODE_BATCH = 512
 CHECKED_PER_BATCH = 4  # rows of every batch encoded the plain way too, to check the shortcut
@@ -78,6 +78,30 @@ class ChatEncoder:
         self.tokenizer, self.system_prompt, self.system_role = tokenizer, system_prompt, system_role
         self.backend = getattr(tokenizer, "backend_tokenizer", None)
         self.prefix, self.prefix_ids = self._shared_prefix()
+        self.lead: str | None = self._lead()  # None: found for each pair (`render_prompt`'s way)
+
+    def _lead(self) -> str:
+        """What the template writes before an answer (`answer_lead`), found once: in every template
+        seen it does not depend on the chat, which the first pairs of each batch check."""
+        messages = build_messages(self.system_prompt, "A", system_role=self.system_role)
+        return answer_lead(
+            self.tokenizer, messages, chat_text(self.tokenizer, messages, add_generation_prompt=True)
+        )
+
+    def _texts(self, user: str, answer: str) -> tuple[str, str]:
+        """The prompt and completion texts of a pair: two renders, the lead as found once."""
+        messages = build_messages(self.system_prompt, user, system_role=self.system_role)
+        if self.lead is not None:
+            prompt = chat_text(self.tokenizer, messages, add_generation_prompt=True) + self.lead
+            full = chat_text(self.tokenizer, [*messages, {"role": "assistant", "content": answer}])
+            if full.startswith(prompt):
+                return prompt, full[len(prompt) :]
+            self.lead = None  # the lead differs for this pair: find it for each pair from here on
+        prompt = render_prompt(self.tokenizer, self.system_prompt, user, system_role=self.system_role)
+        example = Example(user, answer)
+        return prompt, render_completion(
+            self.tokenizer, self.system_prompt, example, prompt, system_role=self.system_role
+        )
 
     def _shared_prefix(self) -> tuple[str, list[int]]:
         """The text every prompt starts with, up to the end of its last special token (tokenised alone,
@@ -101,14 +125,20 @@ class ChatEncoder:
         """Return (input_ids, prompt lengths) for the pairs."""
         prompts, completions = [], []
         for user, answer in zip(users, answers):
-            example = Example(user, answer)
-            prompt = render_prompt(self.tokenizer, self.system_prompt, user, system_role=self.system_role)
+            prompt, completion = self._texts(user, answer)
             prompts.append(prompt)
-            completions.append(
-                render_completion(
-                    self.tokenizer, self.system_prompt, example, prompt, system_role=self.system_role
-                )
+            completions.append(completion)
+        checked = range(min(CHECKED_PER_BATCH, len(prompts)))
+        if self.lead is not None and any(
+            render_prompt(self.tokenizer, self.system_prompt, users[i], system_role=self.system_role)
+            != prompts[i]
+            for i in checked
+        ):
+            log.info(
+                "the chat template's text before an answer depends on the chat: finding it for each pair"
             )
+            self.lead = None
+            return self.encode(users, answers)
         cut = len(self.prefix)
         if cut and all(p.startswith(self.prefix) for p in prompts):
             rests = self._encode_many([p[cut:] for p in prompts])
@@ -116,7 +146,7 @@ class ChatEncoder:
         else:
             prompt_ids = self._encode_many(prompts)
         completion_ids = self._encode_many(completions)
-        for i in range(min(CHECKED_PER_BATCH, len(prompts))):
+        for i in checked:
             if (
                 encode_text(self.tokenizer, prompts[i]) != prompt_ids[i]
                 or encode_text(self.tokenizer, completions[i]) != completion_ids[i]

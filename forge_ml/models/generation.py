@@ -37,13 +37,46 @@ def build_messages(system_prompt: str, user: str, *, system_role: bool = True) -
     return [{"role": "user", "content": f"{system_prompt}\n\n{user}"}]
 
 
+# The date a chat template that writes "today" is given (`date_string`, as Llama 3.x templates read it;
+# Llama 3.1's own default): without it Llama 3.2's template writes the day it renders, and the same
+# prompt would differ between training, eval and serving on different days.
+TEMPLATE_DATE = "26 Jul 2024"
+
+
+def chat_text(tokenizer: Any, messages: list[dict[str, str]], *, add_generation_prompt: bool = False) -> str:
+    """Return the chat template's rendering of `messages`, on the fixed date every render shares."""
+    return tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=add_generation_prompt, date_string=TEMPLATE_DATE
+    )
+
+
+ANSWER_MARK = "forge-ml answer mark"  # a plain-text answer the template's text around an answer is found by
+
+
 def render_prompt(tokenizer: Any, system_prompt: str, user: str, *, system_role: bool = True) -> str:
-    """Return the prompt text, ending with the assistant's generation header."""
+    """Return the prompt text: the assistant's generation header, then whatever the template writes
+    before every answer (`answer_lead`), so the model is trained on and asked for the answer alone."""
     messages = build_messages(system_prompt, user, system_role=system_role)
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    prompt = chat_text(tokenizer, messages, add_generation_prompt=True)
+    return prompt + answer_lead(tokenizer, messages, prompt)
 
 
-ANSWER_MARK = "forge-ml answer mark"  # a plain-text answer the end of an assistant turn is found after
+def answer_lead(tokenizer: Any, messages: list[dict[str, str]], prompt: str) -> str:
+    """Return the text the chat template writes between the generation header and an answer; "" when
+    that is nothing or only whitespace.
+
+    Qwen3's template writes an empty reasoning block (`<think>\n\n</think>\n\n`) before an
+    assistant's answer but not after the generation header: trained on the answer as rendered, a
+    model learns to write that block first and every answer it gives starts with it. Put in the
+    prompt (what Qwen3's `enable_thinking=False` does), it is context the model answers after.
+    """
+    answered = [*messages, {"role": "assistant", "content": ANSWER_MARK}]
+    full = chat_text(tokenizer, answered)
+    at = full.find(ANSWER_MARK, len(prompt))
+    if not full.startswith(prompt) or at < 0:
+        return ""  # the prefix rule is checked, and named, where the answer is rendered
+    lead = full[len(prompt) : at]
+    return lead if lead.strip() else ""
 
 
 @dataclass(frozen=True)
@@ -71,7 +104,7 @@ def turn_end(tokenizer: Any) -> TurnEnd:
     chat = [{"role": "user", "content": "q"}, {"role": "assistant", "content": ANSWER_MARK}]
     for messages in (chat, [{"role": "system", "content": "s"}, *chat]):
         try:
-            full = tokenizer.apply_chat_template(messages, tokenize=False)
+            full = chat_text(tokenizer, messages)
             break
         except jinja2.TemplateError:  # e.g. a template that wants a system turn first
             continue

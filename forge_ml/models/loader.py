@@ -10,7 +10,7 @@ from typing import Any
 from forge_ml import hub
 from forge_ml.config import ForgeConfig, LoraConfig, ModelConfig
 from forge_ml.errors import ConfigError, ForgeError, InputError, RuntimeFault, describe
-from forge_ml.models.generation import NO_HUB_KERNELS, auto_dtype, turn_end
+from forge_ml.models.generation import NO_HUB_KERNELS, auto_dtype, chat_text, turn_end
 from forge_ml.models.offline_copy import prepare_offline_copy
 from forge_ml.models.provenance import BaseProvenance, local_provenance
 from forge_ml.models.source import is_local, resolve_model_source
@@ -166,6 +166,7 @@ def load_tokenizer(ref: BaseModelRef, model_cfg: ModelConfig, project: Project) 
             f"model.chat_template: {ref.source} ships no chat template; set model.chat_template to a Jinja file"
         )
     check_turn_end(tokenizer, template)
+    check_fixed_date(tokenizer, template)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = model_cfg.pad_token or tokenizer.eos_token
     return tokenizer
@@ -184,6 +185,35 @@ def check_turn_end(tokenizer: Any, template: str) -> None:
             "answer, no special token, so a trained model has no token to stop at and every answer would "
             "run on to eval.max_new_tokens; end the assistant's turn with {{ eos_token }} (or the model's "
             "own end-of-turn token)"
+        )
+
+
+DATE_FORMATS = ("%d %b %Y", "%d %B %Y", "%Y-%m-%d", "%B %d, %Y", "%b %d, %Y")
+
+
+def check_fixed_date(tokenizer: Any, template: str) -> None:
+    """Warn when the chat template writes today's date though given `date_string` (forge-ml's fixed one):
+    its prompts differ from one day to the next, between training, eval and serving."""
+    if "strftime_now" not in str(tokenizer.chat_template):
+        return
+    from datetime import datetime
+
+    import jinja2
+
+    try:
+        rendered = chat_text(tokenizer, [{"role": "user", "content": "q"}], add_generation_prompt=True)
+    except (
+        jinja2.TemplateError
+    ):  # a template that wants other turns: training's own rendering names its fault
+        return
+    today = datetime.now()
+    dates = [today.strftime(f) for f in DATE_FORMATS]
+    if any(d in rendered for d in dates):
+        log.warning(
+            "model.chat_template: the chat template of %s writes today's date into every prompt "
+            "(strftime_now), so a prompt differs between training, eval and serving on different days; "
+            "write {{ date_string }} instead (forge-ml gives it a fixed date)",
+            template,
         )
 
 
