@@ -16,6 +16,7 @@ from forge_ml.config import EvalConfig
 from forge_ml.config.evaluation import SCORERS
 from forge_ml.data.examples import Example
 from forge_ml.errors import ConfigError
+from forge_ml.evaluation import room as room_module
 from forge_ml.evaluation.report import score_outputs, write_report
 from forge_ml.evaluation.room import ROUND_UP, answer_room, check_answer_room
 from forge_ml.evaluation.scorers import exact
@@ -69,6 +70,7 @@ def _warnings():
 def test_answer_room_measures_each_answer_and_refuses_only_an_unreachable_target(
     tokenizer, answers, limit, target, scorer, refuse
 ):
+    room_module._warned.clear()  # a process warns of a limit once; each draw is a new process here
     gold = _gold(answers)
     room = answer_room(tokenizer, gold, limit)
     lengths = [len(tokenizer(a.strip(), add_special_tokens=False)["input_ids"]) for a in answers]
@@ -95,6 +97,10 @@ def test_answer_room_measures_each_answer_and_refuses_only_an_unreachable_target
         assert f"cannot pass {room.ceiling:.2f}" in said
     else:
         assert said == ""
+    if room.over and not refused:  # asked again (the next round of a flywheel): nothing new to say
+        with _warnings() as again:
+            check_answer_room(tokenizer, gold, cfg, refuse=refuse)
+        assert again == []
 
 
 @given(ended=st.lists(st.booleans(), min_size=1, max_size=30))

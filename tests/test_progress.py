@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from forge_ml import progress
 from forge_ml.progress import Stage
@@ -54,3 +56,30 @@ def test_quiet_under_json_and_silent_on_errors(capsys):
         time.sleep(0.06)
         raise ValueError("bad line")
     assert capsys.readouterr().err == ""
+
+
+def _read_rate(text: str) -> float:
+    """Items a second, as a reader of the printed rate takes it."""
+    if text.endswith(" s each"):
+        return 1 / float(text.removesuffix(" s each"))
+    if text.endswith("k/s"):
+        return float(text.removesuffix("k/s")) * 1000
+    return float(text.removesuffix("/s"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(count=st.integers(1, 10_000_000), seconds=st.floats(1e-3, 1e6, allow_nan=False))
+def test_a_rate_reads_back_as_the_true_rate_to_its_printed_precision(count, seconds):
+    """Any count over any time prints a rate that reads back within 5 % (two significant figures at
+    least); a slow step, a real model generating on a CPU at 0.4 examples a second, is never '0/s'."""
+    printed = progress._rate(count, seconds)
+    true = count / seconds
+    assert printed != "0/s"
+    assert _read_rate(printed) == pytest.approx(true, rel=0.05), printed
+
+
+def test_a_slow_step_prints_seconds_for_each(capsys):
+    assert progress._rate(24, 57.7) == "2.4 s each"
+    assert progress._rate(3, 450.0) == "150 s each"
+    assert progress._rate(24, 5.0) == "4.8/s"
+    assert progress._rate(0, 5.0) == "0/s"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import tempfile
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from forge_ml.compose import compose_config
 from forge_ml.faults import ENV as FAILPOINTS
 from forge_ml.heartbeat import TrialCounts
 from forge_ml.search import with_space
+from forge_ml.tuning import callback
 from forge_ml.tuning.engine import run_round
 from trainables.sft import FAULT_ENV, OOM_FAULT_ENV
 
@@ -33,7 +35,8 @@ def runs_of_kind(project, kind: str) -> list:
     return client.search_runs([exp], filter_string=f"tags.`forge.kind` = '{kind}'")
 
 
-def test_round_leaves_a_round_run_with_one_nested_run_per_trial(small_project, capsys):
+def test_round_leaves_a_round_run_with_one_nested_run_per_trial(small_project, capsys, monkeypatch):
+    monkeypatch.setattr(callback, "STATUS_EVERY_S", 1.0)  # the periodic progress line, every second
     cfg = compose_config(small_project, [*ROUND, "tune.num_samples=4", "tune.scheduler=fifo"])
     space = {"lora.r": "choice(4,8)", "training.learning_rate": "tag(log, interval(1e-3, 1e-2))"}
     counts = []  # where the trials stand each time one ends (the flywheel's heartbeat is told)
@@ -67,6 +70,15 @@ def test_round_leaves_a_round_run_with_one_nested_run_per_trial(small_project, c
     assert progress and f"best dev/loss {best.metrics['dev/loss']:.4f} ({best.trial_id})" in progress[-1], (
         progress
     )
+    # Lines come while trials run, not only when one ends: every second here (60 s by default), each
+    # with the epochs reported so far and the round's clock; the last says all 8 (4 trials x 2 epochs).
+    periodic = [p for p in progress if p.startswith("2 running, 0 finished")]
+    assert periodic, progress
+    # "of 4" from the first line on: Ray creates the trials two at a time, the round runs 4
+    assert all(" failed of 4 — " in p for p in progress) and all(c.total == 4 for c in counts), progress
+    reported = [int(re.search(r"; (\d+) epochs? reported, ", p).group(1)) for p in progress]
+    assert reported == sorted(reported) and reported[-1] == 8, progress
+    assert all(re.search(r"reported, (\d+ s|\d+ min \d+ s) in", p) for p in progress), progress
     for record in result.trials:  # a trial's model is its last checkpoint, the one its last report describes
         kept = Path(record.checkpoint)  # the final report's adapter: no trainer state, unlike an epoch's
         assert (kept / "adapter_model.safetensors").is_file() and not (kept / "trainer_state.json").exists()

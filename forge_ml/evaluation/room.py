@@ -80,5 +80,11 @@ def check_answer_room(
             f"{room.describe('gold')} (eval.target_accuracy={cfg.target_accuracy:g}; eval.scorer={cfg.scorer} "
             f"scores a cut answer 0); {fix}"
         )
-    log.warning("%s; %s", room.describe("gold"), fix)
+    warning = f"{room.describe('gold')}; {fix}"
+    if warning not in _warned:  # a flywheel checks before its first round and in every round
+        _warned.add(warning)
+        log.warning("%s", warning)
     return room
+
+
+_warned: set[str] = set()  # the warnings this process has given: each once

@@ -20,6 +20,9 @@ from forge_ml.tracking import TrackedRun, Tracker, config_params
 
 log = logging.getLogger(__name__)
 LOGGED_METRICS = ("train/loss", "dev/loss", "dev/accuracy", "train/tokens_per_s")
+# While trials run, a progress line at least this often: a real base's epoch on a CPU takes
+# minutes, and a line only when a trial ends left a round silent for half an hour.
+STATUS_EVERY_S = 60.0
 
 
 def error_summary(error: BaseException | str | None) -> str:
@@ -76,6 +79,7 @@ class RoundTracker(Callback):
         *,
         enabled: bool = True,
         on_trials: Callable[[TrialCounts], None] | None = None,
+        planned: int = 0,
     ) -> None:
         self.tracker = tracker
         self.round_run = round_run
@@ -84,6 +88,9 @@ class RoundTracker(Callback):
         self.mode = mode
         self.enabled = enabled
         self.on_trials = on_trials
+        # the round's trials (tune.num_samples): Ray creates them as the concurrency limit lets it,
+        # so its list holds only those started so far
+        self.planned = planned
         self.runs: dict[str, TrackedRun] = {}
         self.logged_epochs: dict[str, set[int]] = {}
         self.best: tuple[float, str] | None = None  # (value, trial id) of the best latest figure
@@ -92,13 +99,24 @@ class RoundTracker(Callback):
         self.seconds = 0.0  # driver time spent in these hooks
         self.epochs_trained = 0
         self._epochs_seen: dict[str, set[int]] = {}
+        self._started: float | None = None  # the round's clock (time.monotonic), from its first step
+        self._last_line = 0.0
 
     def __getstate__(self) -> dict[str, Any]:
         """Ray Tune saves its callbacks with the experiment; a restored round is given a new tracker,
-        so the progress hook (it holds the flywheel's heartbeat and its lock) is left out."""
-        return {**self.__dict__, "on_trials": None}
+        so the progress hook (it holds the flywheel's heartbeat and its lock) is left out, and so is
+        the clock (a monotonic time means nothing in another process)."""
+        return {**self.__dict__, "on_trials": None, "_started": None}
 
     # -- Ray Tune hooks --------------------------------------------------------------------
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        """Ray Tune's loop comes here every 0.1 s or so: the clock of the periodic progress line."""
+        now = time.monotonic()
+        if self._started is None:
+            self._started = self._last_line = now
+        elif now - self._last_line >= STATUS_EVERY_S and any(t.status == "RUNNING" for t in trials):
+            self._progress(trials, None)
+
     @_timed
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         if trial.trial_id in self.runs or not self.enabled:
@@ -207,12 +225,31 @@ class RoundTracker(Callback):
         return TrackedRun(self.tracker.client, runs[0].info.run_id)
 
     def _progress(self, trials: list, ended: Any) -> None:
+        """One line of where the round stands: when a trial ends (`ended`), and every
+        STATUS_EVERY_S while trials run (`ended` None)."""
+        now = time.monotonic()
+        self._last_line = now
         running = sum(1 for t in trials if t.status == "RUNNING" and t is not ended)
+        total = max(len(trials), self.planned)
         best = f"best {self.metric} {self.best[0]:.4f} ({self.best[1]})" if self.best else "no result yet"
+        clock = f", {_minutes(now - self._started)} in" if self._started is not None else ""
+        epochs = f"{self.epochs_trained} epoch{'' if self.epochs_trained == 1 else 's'} reported{clock}"
         console.print(
             f"trials: {running} running, {self.counts['finished']} finished, {self.counts['stopped']} stopped early, "
-            f"{self.counts['failed']} failed of {len(trials)} — {best}",
+            f"{self.counts['failed']} failed of {total} — {best}; {epochs}",
             highlight=False,
         )
+        if ended is None:
+            return
         if self.on_trials is not None:
-            self.on_trials(TrialCounts(running, **self.counts, total=len(trials)))
+            self.on_trials(TrialCounts(running, **self.counts, total=total))
+
+
+def _minutes(seconds: float) -> str:
+    """'42 s', '6 min 12 s', '1 h 05 min': a round's time as a person reads it."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"

@@ -356,6 +356,7 @@ class _Fit:
             cfg.tune.mode,
             enabled=self.track,
             on_trials=self.on_trials,
+            planned=cfg.tune.num_samples,
         )
         callback.round_run_name = name
         trainable = tune.with_resources(
