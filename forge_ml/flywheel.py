@@ -140,6 +140,8 @@ class Flywheel:
         fw = self.cfg.flywheel
         if champion and champion.accuracy >= self.cfg.eval.target_accuracy:
             return f"target reached: the champion's gold accuracy ≥ eval.target_accuracy {self.cfg.eval.target_accuracy:g}"
+        if done > self.max_rounds:  # `--rounds 1` on a project that has run 3: they count, and are done
+            return f"{done} rounds done already, {self.max_rounds} asked for (--iters N runs N more)"
         if done >= self.max_rounds:
             return f"{done} of {self.max_rounds} rounds done"
         if fw.wall_budget_min is not None and self._remaining_s() <= 0:
@@ -467,8 +469,11 @@ class Flywheel:
             or (isinstance(exc, ForgeError) and exc.exit_code == 1)
             or tracking_unreachable(exc)
         )
-        # the heartbeat keeps the step the round failed in
-        self.heartbeat.update(status="error", stage=state.stage, error=describe(shown or exc))
+        # the heartbeat keeps the step the round failed in, or was stopped in
+        if isinstance(exc, KeyboardInterrupt):
+            self.heartbeat.update(status="stopped", stage=state.stage, reason=stopping.reason(exc))
+        else:
+            self.heartbeat.update(status="error", stage=state.stage, error=describe(shown or exc))
         run_id = state.round_run_id
         if not kept:
             state.round_run_id, state.config = None, None

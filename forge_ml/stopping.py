@@ -50,11 +50,26 @@ def _on_signal(signum: int, frame: object) -> None:
     raise Stopped(signum)
 
 
+def signal_of(exc: BaseException) -> int | None:
+    """The signal that stopped the process, for a KeyboardInterrupt; None for a plain Ctrl-C in a
+    process without `install()`.
+
+    `Stopped` names its signal, but it does not always arrive as itself: raised while the main
+    thread waits inside Ray's C++ core (a round's driver spends nearly all its time there), it is
+    replaced by a plain KeyboardInterrupt (`ray._raylet.check_status`). The signal is remembered
+    here when it arrives, so the stop is still told apart from a Ctrl-C."""
+    if isinstance(exc, Stopped):
+        return exc.signum
+    return _stopping[0] if _stopping else None
+
+
 def exit_code(exc: BaseException) -> int:
-    """128 + the signal for a stop, 130 for a plain KeyboardInterrupt."""
-    return exc.exit_code if isinstance(exc, Stopped) else 130
+    """128 + the signal for a stop (143 for SIGTERM, 130 for Ctrl-C)."""
+    signum = signal_of(exc)
+    return 128 + signum if signum is not None else 130
 
 
 def reason(exc: BaseException) -> str:
     """What a run stopped this way is tagged with."""
-    return str(exc) if isinstance(exc, Stopped) else "interrupted"
+    signum = signal_of(exc)
+    return f"stopped by {signal.Signals(signum).name}" if signum is not None else "interrupted"

@@ -242,6 +242,10 @@ def test_claude_flywheel_rounds_gate_record_and_resume(project, monkeypatch, pro
     # run again: nothing left to do
     again = run_cli("-p", str(root), "flywheel", "--rounds", "2", "planner=offline", *ROUNDS)
     assert again.returncode == 0 and "2 of 2 rounds done" in again.stdout
+    fewer = run_cli("-p", str(root), "flywheel", "--rounds", "1", "planner=offline", *ROUNDS)
+    assert fewer.returncode == 0 and "2 rounds done already, 1 asked for (--iters N runs N more)" in " ".join(
+        fewer.stdout.split()
+    )
     assert len(runs_of(root, "round")) == 2
 
     # a changed gold set stops the loop until the champion is re-baselined

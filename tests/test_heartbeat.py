@@ -102,6 +102,11 @@ def test_liveness_by_pid_on_this_machine_and_by_age_from_another():
             None,
             "(round 2, gate) — RuntimeFault: no GPU",
         ),
+        (
+            {"round": 4, "status": "stopped", "step": "tune", "reason": "stopped by SIGTERM"},
+            None,
+            "stopped by SIGTERM at ",
+        ),
     ],
 )
 def test_status_says_where_the_flywheel_is_or_that_it_stopped(beat, alive, expected):
@@ -109,6 +114,8 @@ def test_status_says_where_the_flywheel_is_or_that_it_stopped(beat, alive, expec
     assert expected in line
     if alive == "gone":
         assert "round 2, augment); `forge-ml flywheel` resumes the round" in line
+    if beat["status"] == "stopped":
+        assert line.endswith(" (round 4, tune); `forge-ml flywheel` resumes the round"), line
 
 
 def test_a_heartbeat_file_that_is_not_json_reads_as_none(bare_project):

@@ -8,6 +8,7 @@ rerun that finishes the round as after a kill, with nothing counted twice.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -99,6 +100,8 @@ def test_sigterm_at_every_flywheel_stage_ends_in_order_and_the_rerun_completes(p
         left = running(root)
         assert left == [] and not (root / "output" / "flywheel.lock").exists(), (left, out[-3000:])
         assert "stopped by SIGTERM" in out and "Traceback" not in out
+        beat = json.loads((root / "output" / "flywheel_heartbeat.json").read_text())
+        assert beat["status"] == "stopped" and beat["reason"] == "stopped by SIGTERM", beat
         killed = [r for r in runs_of(root) if r.info.status == "KILLED"]
         proof(
             "SIGTERM",
@@ -180,3 +183,32 @@ def test_a_second_signal_exits_at_once(tmp_path):
     sent = time.monotonic()
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=10) == 143 and time.monotonic() - sent < 5
+
+
+def test_a_sigterm_while_waiting_on_ray_is_still_told_apart_from_ctrl_c():
+    """A round's driver waits inside Ray's C++ core nearly all the time, and a signal that arrives
+    there comes back as a plain KeyboardInterrupt (`ray._raylet.check_status`), not as `Stopped`:
+    `forge-ml flywheel` stopped by `docker stop` during its trials exited 130, said 'interrupted'
+    and left a heartbeat reading 'error — KeyboardInterrupt with no message'. A real local Ray
+    runtime, a real task the driver waits on, a real SIGTERM."""
+    script = (
+        "import os, signal, threading, time, ray\n"
+        "from forge_ml import stopping\n"
+        "ray.init(address='local', num_cpus=1, include_dashboard=False, log_to_driver=False)\n"
+        "stopping.install()\n"
+        "@ray.remote\n"
+        "def slow():\n"
+        "    time.sleep(60)\n"
+        "ref = slow.remote()\n"
+        "threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGTERM)).start()\n"
+        "try:\n"
+        "    ray.get(ref)\n"
+        "except KeyboardInterrupt as exc:\n"
+        "    print(type(exc).__name__, stopping.exit_code(exc), stopping.reason(exc), sep='|', flush=True)\n"
+        "ray.shutdown()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    kind, code, reason = done.stdout.strip().splitlines()[-1].split("|")
+    assert kind == "KeyboardInterrupt"  # Ray's own, not forge-ml's Stopped: the case this is about
+    assert (code, reason) == ("143", "stopped by SIGTERM")

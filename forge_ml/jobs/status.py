@@ -153,9 +153,14 @@ def heartbeat_line(beat: dict, alive: Liveness | None) -> str:
     if status == "completed":
         reason = f": {beat['stop_reason']}" if beat.get("stop_reason") else ""
         return f"completed at {when}{reason}"
+    step = f", {beat['step']}" if beat.get("step") else ""
     if status == "error":
-        step = f", {beat['step']}" if beat.get("step") else ""
         return f"error at {when} (round {beat.get('round')}{step}) — {beat.get('error', '')}"
+    if status == "stopped":  # a signal or Ctrl-C: the round is kept as it stood
+        return (
+            f"{beat.get('reason', 'stopped')} at {when} (round {beat.get('round')}{step}); "
+            "`forge-ml flywheel` resumes the round"
+        )
     where = f"round {beat.get('round')}"
     if beat.get("step"):
         where += f", {beat['step']}"
