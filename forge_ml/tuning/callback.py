@@ -239,9 +239,7 @@ class RoundTracker(Callback):
             f"{self.counts['failed']} failed of {total} — {best}; {epochs}",
             highlight=False,
         )
-        if ended is None:
-            return
-        if self.on_trials is not None:
+        if self.on_trials is not None:  # the heartbeat: `forge-ml status` shows the same counts
             self.on_trials(TrialCounts(running, **self.counts, total=total))
 
 
