@@ -102,6 +102,20 @@ def test_round_leaves_a_round_run_with_one_nested_run_per_trial(small_project, c
     assert all(not client.list_artifacts(t.run_id, "adapter") for t in others)  # top_k = 1
 
 
+def test_a_trial_waiting_for_a_cpu_is_counted_pending(small_project, capsys, monkeypatch):
+    """Two trials at a time on a runtime with one CPU: the second waits, and the round's lines say
+    so (on a cluster: a trial waiting for a free GPU)."""
+    monkeypatch.setattr(callback, "STATUS_EVERY_S", 0.5)
+    one_cpu = [*FAST, "tune.max_concurrent_trials=2", "tune.resources.cpu=1", "tune.num_cpus=1"]
+    cfg = compose_config(
+        small_project, [*one_cpu, "tune.num_samples=2", "tune.scheduler=fifo", "training.epochs=1"]
+    )
+    result = run_round(with_space(cfg, {"lora.r": "choice(4,8)"}))
+    said = " ".join(capsys.readouterr().err.split())
+    assert "trials: 1 running, 1 pending, 0 finished, 0 stopped early, 0 failed of 2 — " in said, said
+    assert [t.status for t in result.trials] == ["FINISHED", "FINISHED"]
+
+
 def test_asha_stops_bad_configurations_early(small_project, monkeypatch, tmp_path):
     # A stopped trial unwinds for 3 s before Ray hands its actor to the next trial (a busy machine
     # takes that long; Ray waits 2 s by default, then fails the next trial and can hang the round).

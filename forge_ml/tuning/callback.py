@@ -114,7 +114,9 @@ class RoundTracker(Callback):
         now = time.monotonic()
         if self._started is None:
             self._started = self._last_line = now
-        elif now - self._last_line >= STATUS_EVERY_S and any(t.status == "RUNNING" for t in trials):
+        elif now - self._last_line >= STATUS_EVERY_S and any(
+            t.status in ("RUNNING", "PENDING") for t in trials
+        ):
             self._progress(trials, None)
 
     @_timed
@@ -230,12 +232,14 @@ class RoundTracker(Callback):
         now = time.monotonic()
         self._last_line = now
         running = sum(1 for t in trials if t.status == "RUNNING" and t is not ended)
+        pending = sum(1 for t in trials if t.status == "PENDING")  # on a cluster: waiting for a free GPU
+        waiting = f", {pending} pending" if pending else ""  # Ray Tune's word: not started yet
         total = max(len(trials), self.planned)
         best = f"best {self.metric} {self.best[0]:.4f} ({self.best[1]})" if self.best else "no result yet"
         clock = f", {_minutes(now - self._started)} in" if self._started is not None else ""
         epochs = f"{self.epochs_trained} epoch{'' if self.epochs_trained == 1 else 's'} reported{clock}"
         console.print(
-            f"trials: {running} running, {self.counts['finished']} finished, {self.counts['stopped']} stopped early, "
+            f"trials: {running} running{waiting}, {self.counts['finished']} finished, {self.counts['stopped']} stopped early, "
             f"{self.counts['failed']} failed of {total} — {best}; {epochs}",
             highlight=False,
         )
