@@ -464,14 +464,15 @@ class Flywheel:
         answering keep the round as it stands: its run, its Ray Tune state, its stage. Any other
         fault fails the round's run and its trials start afresh next time.
         """
+        stopped = stopping.reason(exc) if isinstance(exc, KeyboardInterrupt) else None
         kept = (
-            isinstance(exc, KeyboardInterrupt)
+            stopped is not None
             or (isinstance(exc, ForgeError) and exc.exit_code == 1)
             or tracking_unreachable(exc)
         )
         # the heartbeat keeps the step the round failed in, or was stopped in
-        if isinstance(exc, KeyboardInterrupt):
-            self.heartbeat.update(status="stopped", stage=state.stage, reason=stopping.reason(exc))
+        if stopped is not None:
+            self.heartbeat.update(status="stopped", stage=state.stage, reason=stopped)
         else:
             self.heartbeat.update(status="error", stage=state.stage, error=describe(shown or exc))
         run_id = state.round_run_id
@@ -483,10 +484,9 @@ class Flywheel:
         save_state(self.project, state)  # the local record first: MLflow may be the thing that failed
         if run_id is None:
             return
-        error = stopping.reason(exc) if isinstance(exc, KeyboardInterrupt) else describe(exc)
         try:
             run = TrackedRun(self.tracker.client, run_id)
-            run.set_tags({"forge.error": error})
+            run.set_tags({"forge.error": stopped or describe(exc)})
             run.finish("KILLED" if kept else "FAILED")
             self.tracker.end_children(run_id)
         except Exception as mlflow_exc:  # the round is already recorded locally; the next run tidies up

@@ -78,7 +78,7 @@ def test_a_rate_reads_back_as_the_true_rate_to_its_printed_precision(count, seco
     assert _read_rate(printed) == pytest.approx(true, rel=0.05), printed
 
 
-def test_a_slow_step_prints_seconds_for_each(capsys):
+def test_a_slow_step_prints_seconds_for_each():
     assert progress._rate(24, 57.7) == "2.4 s each"
     assert progress._rate(3, 450.0) == "150 s each"
     assert progress._rate(24, 5.0) == "4.8/s"
