@@ -11,18 +11,29 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 LOG_MAX_BYTES = 10 * 2**20  # a mirrored log is rotated to `<name>.1` past this size
 
 
 class MirroredConsole(Console):
-    """A rich Console whose `print`s are also written, with the time, to the consoles in `mirrors`."""
+    """A rich Console whose `print`s are also written, with the time, to the consoles in `mirrors`.
+
+    Away from a terminal (a log file, a pipe, a Ray job's log) a line of text is printed whole:
+    rich would break it at 80 columns, mid-phrase, and a `grep` of the log would find half of it.
+    Tables are still drawn at the console's width (`COLUMNS`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.mirrors: list[Console] = []
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
+        if (
+            kwargs.get("soft_wrap") is None
+            and not self.is_terminal
+            and all(isinstance(o, str | Text) for o in objects)
+        ):
+            kwargs["soft_wrap"] = True
         super().print(*objects, **kwargs)
         for mirror in self.mirrors:
             mirror.log(*objects, highlight=False, _stack_offset=2)
@@ -98,7 +109,6 @@ def mirrored_to(path: Path, max_bytes: int = LOG_MAX_BYTES) -> Iterator[None]:
 def titled_table(title: str, **options: Any) -> Any:
     """A rich Table at least as wide as its title (rich wraps a longer title to the table's width)."""
     from rich.table import Table
-    from rich.text import Text
 
     return Table(title=title, min_width=Text.from_markup(title).cell_len + 4, **options)
 

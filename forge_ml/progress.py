@@ -73,7 +73,8 @@ class Stage:
             return
         now = time.monotonic()
         wait = REPORT_EVERY_S if self._reported else FIRST_REPORT_S
-        if now - (self._last if self._reported else self.started) >= wait:
+        finished = self.total is not None and self.count >= self.total  # the closing line says it
+        if not finished and now - (self._last if self._reported else self.started) >= wait:
             self._last, self._reported = now, True
             self._print(
                 f"{self.description}: {self._progress()} so far ({_rate(self.count, now - self.started)})"

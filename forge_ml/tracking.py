@@ -172,7 +172,8 @@ EXPERIMENT_TAGS = {
     "mlflow.experimentKind": "custom_model_development",
     "mlflow.note.content": (
         "forge-ml: `flywheel` rounds are runs named round-NNN with their Ray Tune trials nested under them "
-        "(expand a round); `train`, `tune`, `eval`, `generate` and `promote` add runs of their own "
+        "(expand a round), and a `tune` round outside the flywheel is tune-NNN; `train`, `eval`, "
+        "`generate` and `promote` add runs of their own "
         "(tag forge.kind). Chart `gold/accuracy` by step to see it round by round; the registered model "
         "of the same name holds the versions and the `champion` alias."
     ),

@@ -217,7 +217,7 @@ def test_a_round_as_a_ray_job_runs_on_both_nodes_and_records_to_the_server(clust
         ).read_text()
     )
     for trial in recorded:  # named where they are, not downloaded to the driver's temp directory
-        assert trial["checkpoint"].startswith("s3://forge/shared/small-round-001-"), trial["checkpoint"]
+        assert trial["checkpoint"].startswith("s3://forge/shared/small-tune-001-"), trial["checkpoint"]
         assert trial["checkpoint"].endswith(f"?endpoint_override={store.endpoint}&scheme=http")
     best = rounds[0].data.tags["forge.best_run_id"]
     local = Path(client.download_artifacts(best, "adapter", str(cluster["root"] / "download")))

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from forge_ml.console import column_labels, round_table
+from forge_ml.console import MirroredConsole, column_labels, round_table, titled_table
 from forge_ml.tuning.engine import RoundResult, TrialRecord
 
 SEGMENT = st.sampled_from(["lora", "training", "r", "alpha", "learning_rate", "epochs", "a", "b"])
@@ -164,3 +164,27 @@ def test_the_rounds_table_keeps_every_figure_whole_in_80_columns(rounds):
         verdict = f"v{r.version} {'promoted' if r.promoted else 'refused'}" if r.version else "-"
         row = next(line for line in text.splitlines() if line.startswith(f"│ {r.round} "))
         assert f"│ {score} " in row and f"│ {verdict} " in row  # the figures on the round's first line, whole
+
+
+WORDS = st.text(st.sampled_from("abcdefghij—é"), min_size=1, max_size=12)
+
+
+@given(st.lists(WORDS, min_size=1, max_size=40), st.integers(min_value=20, max_value=120))
+def test_away_from_a_terminal_a_line_is_printed_whole_and_a_table_keeps_the_width(words, width):
+    """A log file or a Ray job's log gets each message on one line (a `grep` finds all of it),
+    however long; a table is still drawn within the console's width."""
+    out = io.StringIO()
+    console = MirroredConsole(file=out, width=width, color_system=None)
+    line = " ".join(words)
+    console.print(line, highlight=False)
+    console.print(f"[yellow]{line}[/]", highlight=False)
+    assert out.getvalue() == f"{line}\n{line}\n"
+
+    out.truncate(0), out.seek(0)
+    table = titled_table("t")
+    table.add_column("words", overflow="fold")
+    table.add_row(line)
+    console.print(table)
+    assert all(len(row) <= width for row in out.getvalue().splitlines())
+    drawn = "".join(ch for ch in out.getvalue() if not ch.isspace() and not "\u2500" <= ch <= "\u257f")
+    assert drawn == "t" + "words" + "".join(line.split())  # folded, nothing cut

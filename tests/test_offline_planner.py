@@ -103,6 +103,20 @@ def test_later_rounds_search_the_whole_bounds_and_first_try_points_around_the_be
     assert "split by gold failures over hover (5), land (2), rtl (1)" in plan.hypothesis
 
 
+def test_a_best_trial_from_a_round_outside_the_flywheel_is_named_by_its_run(cfg):
+    """A `forge-ml tune` round (run tune-001) is no flywheel round: the plan names it as MLflow does."""
+    best = {key: config_value(cfg, key) for key in cfg.planner.bounds}
+    history = History(
+        trials=[
+            TrialRow(0, "hand", "FINISHED", best, {"dev/loss": 0.4}, round_name="tune-001"),
+            TrialRow(1, "fly", "FINISHED", {**best, "training.learning_rate": 2e-3}, {"dev/loss": 0.9}),
+        ]
+    )
+    plan = offline_plan(cfg, history, round_number=2)
+    assert "of trial hand of tune-001 (dev/loss 0.4)" in plan.hypothesis, plan.hypothesis
+    assert "round 0" not in plan.hypothesis
+
+
 @settings(max_examples=60, **READS_CFG)
 @given(data=st.data())
 def test_local_points_stay_in_the_region_and_inside_the_bounds_for_any_best_and_radius(cfg, data):

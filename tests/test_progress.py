@@ -31,6 +31,12 @@ def test_a_long_step_reports_counts_and_rates_on_stderr(capsys):
     lines = err.strip().splitlines()
     assert "tokenising: 100 of 300 examples so far (" in lines[0] and "/s)" in lines[0]
     assert lines[-1].startswith("tokenising: 300 of 300 examples in 0.") and lines[-1].endswith("/s)")
+    # the last batch completes the count: the closing line says so, not a "so far" line before it
+    assert [line.split(" examples")[0] for line in lines] == [
+        "tokenising: 100 of 300",
+        "tokenising: 200 of 300",
+        "tokenising: 300 of 300",
+    ]
 
 
 def test_a_step_without_counts_reports_its_time(capsys):

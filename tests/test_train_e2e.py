@@ -53,6 +53,16 @@ def test_multirun_leaves_one_complete_run_per_job_then_eval_and_status(small_pro
         logged = json.dumps([params, run.data.tags])
         assert not any(secret in logged for secret in SECRETS.values())
 
+    # the multirun ends with its jobs side by side, best gold accuracy first, named by what they vary
+    table = result.stdout[result.stdout.index("multirun: 2 of 2 jobs trained") :]
+    ranked = sorted(runs, key=lambda r: (-r.data.metrics["gold/accuracy"], -r.data.metrics["dev/accuracy"]))
+    rows = [next(line for line in table.splitlines() if r.info.run_id[:8] in line) for r in ranked]
+    assert [table.index(row) for row in rows] == sorted(table.index(row) for row in rows)
+    for run, row in zip(ranked, rows, strict=True):
+        cells = [cell.strip() for cell in row.strip("│ ").split("│")]
+        assert cells[0] == f"lora.r={run.data.params['lora.r']}", row  # FAST's shared overrides left out
+        assert cells[2].startswith(f"{run.data.metrics['gold/accuracy']:.3f} ("), row
+
     assert list(elsewhere.iterdir()) == []  # nothing written to the working directory
     assert len(list((root / "output" / "adapters").iterdir())) == 2
     # nothing under the project (the .hydra dirs of the sweep, mlflow.db, artifacts) holds a secret

@@ -16,9 +16,11 @@ from mlflow import MlflowClient
 from forge_ml.compose import compose_config
 from forge_ml.faults import ENV as FAILPOINTS
 from forge_ml.heartbeat import TrialCounts
+from forge_ml.planner.history import read_history
 from forge_ml.search import with_space
+from forge_ml.tracking import Tracker
 from forge_ml.tuning import callback
-from forge_ml.tuning.engine import run_round
+from forge_ml.tuning.engine import next_round_name, run_round
 from trainables.sft import FAULT_ENV, OOM_FAULT_ENV
 
 pytestmark = pytest.mark.slow
@@ -49,7 +51,7 @@ def test_round_leaves_a_round_run_with_one_nested_run_per_trial(small_project, c
     assert counts[-1] == TrialCounts(running=0, finished=4, stopped=0, failed=0, total=4)
     (round_run,) = runs_of_kind(small_project, "round")
     trials = runs_of_kind(small_project, "trial")
-    assert round_run.info.run_name == "round-001" and round_run.info.status == "FINISHED"
+    assert round_run.info.run_name == "tune-001" and round_run.info.status == "FINISHED"
     assert len(trials) == 4 and len(result.trials) == 4
     assert {t.data.tags["mlflow.parentRunId"] for t in trials} == {round_run.info.run_id}
     by_id = {t.trial_id: t for t in result.trials}
@@ -100,6 +102,34 @@ def test_round_leaves_a_round_run_with_one_nested_run_per_trial(small_project, c
     assert "adapter/adapter_model.safetensors" in adapters
     others = [t for t in result.trials if t.trial_id != best.trial_id]
     assert all(not client.list_artifacts(t.run_id, "adapter") for t in others)  # top_k = 1
+    _rounds_outside_the_flywheel_keep_their_own_names(small_project, cfg, result)
+
+
+def _rounds_outside_the_flywheel_keep_their_own_names(project, cfg, result) -> None:
+    """A round run by hand is tune-NNN, counted apart from the flywheel's round-NNN, and the planner
+    reads its trials as no flywheel round's (one sequence for both named two runs round-001, and the
+    offline planner's hypothesis named the hand-run round's best trial as round 1's)."""
+    tracker = Tracker(cfg, project)
+    with tracker.start_run(
+        "round-001", {"forge.kind": "round", "forge.round": "round-001", "forge.flywheel": "true"}
+    ) as flywheel_round:
+        trial = tracker.client.create_run(
+            tracker.experiment_id,
+            run_name="trial",
+            tags={
+                "forge.kind": "trial",
+                "forge.trial_id": "fly",
+                "mlflow.parentRunId": flywheel_round.run_id,
+            },
+        )
+        tracker.client.set_terminated(trial.info.run_id)
+    assert next_round_name(tracker) == "tune-002"  # the flywheel's rounds are not counted
+    history = read_history(cfg, tracker.client, tracker.experiment_id, project.output)
+    where = {t.trial_id: (t.round, t.where) for t in history.trials}
+    assert where.pop("fly") == (1, "round 1")
+    assert set(where) == {t.trial_id for t in result.trials}
+    assert set(where.values()) == {(0, "tune-001")}
+    assert sorted((r.round, r.name) for r in history.rounds) == [(0, "tune-001"), (1, "round-001")]
 
 
 def test_a_trial_waiting_for_a_cpu_is_counted_pending(small_project, capsys, monkeypatch):
@@ -271,7 +301,7 @@ def test_hydra_multirun_through_the_tune_sweeper(small_project):
         "2",
         "fifo",
     )
-    assert "round-001: best trial" in result.stderr.replace("\n", " ")  # --json: tables go to stderr
+    assert "tune-001: best trial" in result.stderr.replace("\n", " ")  # --json: tables go to stderr
     envelope = json.loads(result.stdout)
     assert envelope["run_id"] == round_run.info.run_id and envelope["failed_jobs"] == 0
     assert sorted(r["run_id"] for r in envelope["runs"]) == sorted(t.info.run_id for t in trials)

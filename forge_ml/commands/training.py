@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from forge_ml.commands import Command, Context, overrides_argument
-from forge_ml.console import console, print_round, results, shell_path, titled_table
+from forge_ml.console import console, print_round, print_table, results, shell_path, titled_table
 from forge_ml.errors import EXIT_OK, error_exit_code
 
 
@@ -30,6 +30,28 @@ def _print_train_summary(summary: Any) -> None:
         table.add_row(name, f"{stats['accuracy']:.3f}", str(stats["correct"]), str(stats["total"]))
     results.print(table)
     _print_unfinished(summary.gold)
+
+
+def _print_multirun(trained: list[tuple[str, Any]], jobs: int) -> None:
+    """A multirun's jobs side by side, best gold accuracy first (ties: best dev accuracy), each named
+    by the overrides that set it apart (those every job shares are left out)."""
+    ranked = sorted(trained, key=lambda job: (-job[1].gold.accuracy, -job[1].dev.accuracy))
+    shared = set.intersection(*(set(overrides.split()) for overrides, _ in trained))
+    rows = [
+        (
+            " ".join(o for o in overrides.split() if o not in shared) or "(the same)",
+            summary.run_id[:8],
+            f"{summary.gold.accuracy:.3f} ({summary.gold.correct}/{summary.gold.total})",
+            f"{summary.dev.accuracy:.3f}",
+            "-" if summary.version is None else f"v{summary.version}",
+        )
+        for overrides, summary in ranked
+    ]
+    print_table(
+        f"multirun: {len(trained)} of {jobs} jobs trained, best gold accuracy first",
+        ("overrides", "run", "gold accuracy", "dev accuracy", "version"),
+        rows,
+    )
 
 
 def _print_unfinished(report: Any) -> None:
@@ -78,9 +100,11 @@ def run_train(ctx: Context) -> int:
         for job_overrides in expand_sweeps(overrides) if ctx.args.multirun else [overrides]:
             ctx.compose(job_overrides)
     runs: list[dict[str, Any]] = []
+    trained: list[tuple[str, Any]] = []  # (the job's overrides, its summary), for a multirun's table
 
     def job(cfg: Any, context: dict[str, Any]) -> Any:
         summary = train_one(cfg, run_name="train", tags=context, register=ctx.args.register)
+        trained.append((context["forge.overrides"], summary))
         runs.append(
             {
                 "run_id": summary.run_id,
@@ -116,6 +140,8 @@ def run_train(ctx: Context) -> int:
     for failed in result.failed:
         shown = " ".join(o for o in failed.overrides if not o.startswith("++project_dir="))
         console.print(f"[red]job failed[/] ({shown}): {failed.error}", soft_wrap=True, highlight=False)
+    if len(trained) > 1:
+        _print_multirun(trained, len(result.jobs))
     if result.failed:
         console.print(f"{len(result.failed)} of {len(result.jobs)} job(s) failed")
         return max(error_exit_code(f.error) for f in result.failed)

@@ -83,12 +83,12 @@ def build_request(
         + project_notes(project.root)
     )
     trials = [
-        {"round": t.round, "trial": t.trial_id, "status": t.status, **t.params, **t.metrics}
+        {"round": t.round or t.round_name, "trial": t.trial_id, "status": t.status, **t.params, **t.metrics}
         for t in history.trials[-planner.history_rows :]
     ]
     rounds = [
         {
-            "round": r.round,
+            "round": r.round or r.name,
             "hypothesis": r.hypothesis,
             "gold_accuracy": r.gold_accuracy,
             "promoted": r.promoted,

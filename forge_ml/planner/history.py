@@ -21,16 +21,22 @@ FAILURES_FILE = "eval_failures.jsonl"
 
 @dataclass
 class TrialRow:
-    round: int
+    round: int  # the flywheel round; 0 for a round run outside it (`forge-ml tune`)
     trial_id: str
     status: str
     params: dict[str, Any]  # the planner.bounds keys, typed
     metrics: dict[str, float]
+    round_name: str = ""  # the round run's name: round-003, or tune-001 outside the flywheel
+
+    @property
+    def where(self) -> str:
+        """The round as a person finds it: `round 3`, or the run's name for one outside the flywheel."""
+        return f"round {self.round}" if self.round else self.round_name or "a round outside the flywheel"
 
 
 @dataclass
 class RoundRow:
-    round: int
+    round: int  # as TrialRow's: 0 outside the flywheel
     run_id: str
     hypothesis: str
     gold_accuracy: float | None
@@ -38,6 +44,7 @@ class RoundRow:
     wall_s: float | None
     num_trials: int
     cost_usd: float = 0.0
+    name: str = ""  # round-003, or tune-001 outside the flywheel
 
 
 @dataclass
@@ -88,8 +95,10 @@ def parse_param_value(key: str, text: str) -> Any:
 
 
 def _round_number(name: str | None) -> int:
+    """The flywheel round a flywheel round run's `forge.round` tag names (`round-003`: 3)."""
+    _, _, number = str(name).rpartition("-")
     try:
-        return int(str(name).rsplit("-", 1)[-1])
+        return int(number)
     except ValueError:
         return 0
 
@@ -100,10 +109,11 @@ def read_history(cfg: ForgeConfig, client: Any, experiment_id: str, output_dir: 
     rounds = client.search_runs(
         [experiment_id], filter_string="tags.`forge.kind` = 'round'", max_results=5000
     )
-    round_of = {}
+    round_of: dict[str, tuple[int, str]] = {}
     for run in rounds:
-        number = _round_number(run.data.tags.get("forge.round"))
-        round_of[run.info.run_id] = number
+        in_flywheel = run.data.tags.get("forge.flywheel") == "true"
+        number = _round_number(run.data.tags.get("forge.round")) if in_flywheel else 0
+        round_of[run.info.run_id] = (number, run.data.tags.get("forge.round", ""))
         if run.info.status != "FINISHED":
             continue
         metrics = run.data.metrics
@@ -119,6 +129,7 @@ def read_history(cfg: ForgeConfig, client: Any, experiment_id: str, output_dir: 
                     metrics.get("round/trials_finished", 0) + metrics.get("round/trials_stopped", 0)
                 ),
                 cost_usd=metrics.get("planner/cost_usd", 0.0),
+                name=run.data.tags.get("forge.round", ""),
             )
         )
     history.rounds.sort(key=lambda r: r.round)
@@ -133,13 +144,15 @@ def read_history(cfg: ForgeConfig, client: Any, experiment_id: str, output_dir: 
                     params[key] = parse_param_value(key, run.data.params[key])
                 except ConfigError:
                     continue
+        number, name = round_of.get(run.data.tags.get("mlflow.parentRunId", ""), (0, ""))
         history.trials.append(
             TrialRow(
-                round=round_of.get(run.data.tags.get("mlflow.parentRunId", ""), 0),
+                round=number,
                 trial_id=run.data.tags.get("forge.trial_id", run.info.run_id),
                 status=run.info.status,
                 params=params,
                 metrics=dict(run.data.metrics),
+                round_name=name,
             )
         )
     history.trials.sort(key=lambda t: (t.round, t.trial_id))

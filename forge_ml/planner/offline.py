@@ -271,7 +271,7 @@ def offline_plan(
         points = moved + drawn
         search = (
             f"{len(drawn)} trial(s) drawn within radius {radius:.2f} of trial"
-            f" {best.trial_id} of round {best.round} ({metric} {best.metrics[metric]:.4g}),"
+            f" {best.trial_id} of {best.where} ({metric} {best.metrics[metric]:.4g}),"
             + (
                 f" 1 a step on along its move from trial {pattern[1].trial_id} (a pattern move),"
                 if pattern

@@ -142,11 +142,19 @@ def make_scheduler(cfg: ForgeConfig, params: dict[str, SearchParam]) -> Any:
     )
 
 
+STANDALONE_ROUND = "tune-"  # a round run by `forge-ml tune` or the tune sweeper, outside the flywheel
+
+
 def next_round_name(tracker: Tracker) -> str:
+    """The name of a round run outside the flywheel: `tune-001`, `tune-002`, … The flywheel numbers
+    its own rounds `round-NNN` from its journal; one sequence for both gave a hand-run round and the
+    flywheel's next round the same name, and the planner read them as one round."""
     runs = tracker.client.search_runs(
-        [tracker.experiment_id], filter_string="tags.`forge.kind` = 'round'", max_results=10_000
+        [tracker.experiment_id],
+        filter_string=f"tags.`forge.kind` = 'round' and tags.`forge.round` LIKE '{STANDALONE_ROUND}%'",
+        max_results=10_000,
     )
-    return f"round-{len(runs) + 1:03d}"
+    return f"{STANDALONE_ROUND}{len(runs) + 1:03d}"
 
 
 def run_round(
