@@ -28,6 +28,11 @@ DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
 # Where Ray's own clients look for a cluster, in Ray's order. Ray's JobSubmissionClient lets them
 # override the address it is given; forge-ml reads them itself, after --address and tune.address.
 ADDRESS_VARIABLES = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
+# A stopped job (`ray job stop`, the dashboard, Ctrl-C at `submit`) gets SIGTERM, then SIGKILL once
+# RAY_JOB_STOP_WAIT_TIME_S has passed: 3 s by Ray's default, less than a round needs to stop its
+# trials and end its runs KILLED. Ray's job supervisor reads the variable from the job's env_vars.
+STOP_GRACE_S = 60
+STOPPED_EXIT = 143  # a stopped job's command was sent SIGTERM; Ray records no exit code for it
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,7 @@ def submit(
     from ray.exceptions import AuthenticationError
     from ray.job_submission import JobSubmissionClient
 
-    env = dict(settings or {})
+    env = {"RAY_JOB_STOP_WAIT_TIME_S": str(STOP_GRACE_S), **(settings or {})}
     for name in forward or []:
         if name not in os.environ:
             raise ConfigError(f"--env {name}: not set in this environment")
@@ -159,7 +164,7 @@ def submit(
         raise
     code = info.driver_exit_code
     if code is None:
-        code = 0 if str(info.status) == "SUCCEEDED" else 2
+        code = {"SUCCEEDED": 0, "STOPPED": STOPPED_EXIT}.get(str(info.status), 2)
     return JobOutcome(job_id, str(info.status), int(code), info.message or "")
 
 
@@ -172,7 +177,7 @@ def _variables_unset(names: tuple[str, ...]) -> Iterator[None]:
         os.environ.update(saved)
 
 
-STOP_WAIT_S = 60.0  # how long a stopped job's last lines are waited for
+STOP_WAIT_S = STOP_GRACE_S + 15.0  # how long a stopped job's last lines are waited for
 
 
 @dataclass

@@ -7,6 +7,7 @@ import re
 import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from rich.console import Console
 from rich.text import Text
 
 LOG_MAX_BYTES = 10 * 2**20  # a mirrored log is rotated to `<name>.1` past this size
+LOG_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
 class MirroredConsole(Console):
@@ -28,15 +30,16 @@ class MirroredConsole(Console):
         self.mirrors: list[Console] = []
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
-        if (
-            kwargs.get("soft_wrap") is None
-            and not self.is_terminal
-            and all(isinstance(o, str | Text) for o in objects)
-        ):
+        text = all(isinstance(o, str | Text) for o in objects)
+        if kwargs.get("soft_wrap") is None and not self.is_terminal and text:
             kwargs["soft_wrap"] = True
         super().print(*objects, **kwargs)
         for mirror in self.mirrors:
-            mirror.log(*objects, highlight=False, _stack_offset=2)
+            if text:  # one line in the log, after its time: whole, as a `grep` wants it
+                stamp = datetime.now().strftime(LOG_TIME_FORMAT)
+                mirror.print(stamp, *objects, highlight=False, soft_wrap=True, markup=kwargs.get("markup"))
+            else:  # a table: drawn at the log's width, under its time
+                mirror.log(*objects, highlight=False, _stack_offset=2)
 
 
 console = MirroredConsole(stderr=True)  # progress, messages, errors
@@ -86,7 +89,7 @@ def mirrored_to(path: Path, max_bytes: int = LOG_MAX_BYTES) -> Iterator[None]:
         width=120,
         no_color=True,
         log_time=True,
-        log_time_format="%Y-%m-%d %H:%M:%S",
+        log_time_format=LOG_TIME_FORMAT,
         log_path=False,
         soft_wrap=True,
     )

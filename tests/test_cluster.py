@@ -266,6 +266,55 @@ def test_ctrl_c_on_submit_stops_the_job_whose_run_ends_killed(cluster, small_pro
 
 
 @pytest.mark.slow
+def test_a_round_stopped_on_the_cluster_ends_its_runs_killed_and_submit_exits_143(
+    cluster, small_project, tmp_path
+):
+    """`ray job stop` while a round's trials run on both nodes: Ray sends the command SIGTERM and waits
+    RAY_JOB_STOP_WAIT_TIME_S before SIGKILL, which submit sets to 60 s (Ray's default is 3 s, short of
+    what a round may need to end its runs on a remote MLflow server and save its state to S3). The
+    round run and its trials end KILLED with the reason, the job's own last line reaches the terminal,
+    and submit exits 143, as a stopped command does (it said `STOPPED (exit 2)`, a runtime fault)."""
+    client = MlflowClient(tracking_uri=cluster["server"])
+    started = int(time.time() * 1000)
+    err = tmp_path / "submit.err"
+    log = err.open("w")
+    submitting = subprocess.Popen(
+        [str(BIN / "forge-ml"), "-p", str(small_project.root), "submit", "--address", cluster["dashboard"],
+         *ROUND, "training.epochs=200", f"tune.storage_path='{cluster['store'].uri('stopped')}'"],
+        env={**cluster["env"], "NO_COLOR": "1", "COLUMNS": "200"}, stdout=subprocess.DEVNULL, stderr=log,
+    )  # fmt: skip
+
+    def runs(kind: str) -> list:
+        experiment = client.get_experiment_by_name("small")
+        if experiment is None:
+            return []
+        return client.search_runs(
+            [experiment.experiment_id],
+            f"attributes.start_time >= {started} and tags.`forge.kind` = '{kind}'",
+        )
+
+    try:
+        wait_for(lambda: len(runs("trial")) == 2, "both trials of the job's round running", timeout=300)
+        job_id = err.read_text().split("submitted ", 1)[1].split(" ", 1)[0]
+        stop = subprocess.run(
+            [str(BIN / "ray"), "job", "stop", "--address", cluster["dashboard"], job_id],
+            env=cluster["env"], capture_output=True, text=True, timeout=180, check=False,
+        )  # fmt: skip
+        assert stop.returncode == 0, stop.stderr[-3000:]
+        assert submitting.wait(timeout=180) == 143
+    finally:
+        submitting.kill()
+        log.close()
+    said = " ".join(err.read_text().split())
+    assert "stopped by SIGTERM" in said, said[-3000:]  # the job's own last line
+    assert f"job {job_id}: STOPPED (exit 143)" in said and "was sent SIGTERM" in said, said[-3000:]
+    assert job_info(cluster, job_id)["env_vars"]["RAY_JOB_STOP_WAIT_TIME_S"] == "60"
+    (round_run,) = runs("round")
+    assert round_run.info.status == "KILLED" and round_run.data.tags["forge.error"] == "stopped by SIGTERM"
+    assert sorted(t.info.status for t in runs("trial")) == ["KILLED", "KILLED"]
+
+
+@pytest.mark.slow
 def test_the_drivers_own_resources_reach_ray_and_a_job_waiting_for_them_says_so(
     cluster, small_project, tmp_path
 ):
@@ -313,7 +362,8 @@ def job_info(cluster: dict, job_id: str) -> dict:
     code = (
         "import json, sys; from ray.job_submission import JobSubmissionClient as C; "
         "i = C(sys.argv[1]).get_job_info(sys.argv[2]); "
-        "print(json.dumps({'status': str(i.status), 'driver_exit_code': i.driver_exit_code}))"
+        "print(json.dumps({'status': str(i.status), 'driver_exit_code': i.driver_exit_code, "
+        "'env_vars': (i.runtime_env or {}).get('env_vars') or {}}))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code, cluster["dashboard"], job_id],

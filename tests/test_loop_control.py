@@ -110,6 +110,9 @@ def test_iters_runs_that_many_more_rounds_each_a_commit_logged_with_times(tmp_pa
     assert log.count("5 of 5 rounds done") == 1 and log.count("3 of 3 rounds done") == 1
     assert "flywheel rounds" in log  # the rounds table, as printed
     assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", log, re.MULTILINE)  # lines carry the time
+    # a plan's hypothesis, longer than the log's 120 columns, is one line: whole, not broken
+    hypotheses = re.findall(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d   Round \d+: .*$", log, re.MULTILINE)
+    assert len(hypotheses) >= 5 and all(h.endswith(".") and len(h) > 120 for h in hypotheses), hypotheses
     assert not [
         line for line in log.splitlines() if line != line.rstrip()
     ]  # no padding to the console's width

@@ -140,6 +140,12 @@ def run_submit(ctx: Context) -> int:
     console.print(f"job {outcome.job_id}: {outcome.status} (exit {outcome.exit_code})", highlight=False)
     if outcome.status == "FAILED" and outcome.message:  # e.g. it never started: Ray says why
         console.print(f"  Ray: {outcome.message}", highlight=False)
+    if outcome.status == "STOPPED":
+        console.print(
+            "  stopped on the cluster (`ray job stop`, the dashboard): its command was sent SIGTERM "
+            "(a flywheel resumes its round when submitted again)",
+            highlight=False,
+        )
     return outcome.exit_code
 
 
