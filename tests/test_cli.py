@@ -93,6 +93,32 @@ def test_bad_override_exits_1_naming_the_key(small_project, override, fragment):
 
 
 @pytest.mark.parametrize(
+    ("job", "warned"),
+    [
+        (["flywheel"], True),
+        (["flywheel", "tune=cluster"], False),
+        (["flywheel", "tune.address=auto"], False),
+        (["flywheel", "--skip-train"], False),  # plans and adds data: no round of trials
+        (["tune", "lora.r=choice(4,8)"], True),
+        (["train", "-m", "hydra/sweeper=tune", "lora.r=choice(4,8)"], True),
+        (["train"], False),
+        (["status"], False),
+    ],
+)
+def test_submit_says_when_a_jobs_rounds_would_not_use_the_cluster(small_project, job, warned):
+    """tune=local in a job: each round starts a runtime of its own on the driver's node and the cluster's
+    other nodes train nothing. Said before the job is sent (here to an address where nothing listens)."""
+    from mlflow_server import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    root = str(small_project.root)
+    result = run_cli("submit", "--address", dead, "--remote-project", root, *job, cwd=small_project.root)
+    said = " ".join(result.stderr.split())
+    assert result.returncode == 2 and "cannot submit" in said, said
+    assert ("no other node of the cluster will train; add tune=cluster" in said) == warned, said
+
+
+@pytest.mark.parametrize(
     ("options", "job", "refusal"),
     [
         ([], ["train"], "uploaded copy"),  # the project's sqlite store, in a copy Ray deletes

@@ -94,6 +94,28 @@ def _refuse_a_copy_of_a_project_writer(job: list[str], root: Path) -> None:
     )
 
 
+def _runs_rounds(job: list[str]) -> bool:
+    """Whether `forge-ml <job>` runs rounds of Ray Tune trials."""
+    command, args = job[0], job[1:]
+    if command == "train":
+        return any(a.replace(" ", "") == "hydra/sweeper=tune" for a in args)
+    return command == "tune" or (command == "flywheel" and "--skip-train" not in args)
+
+
+def _warn_of_a_private_runtime(job: list[str], address: str | None) -> None:
+    """`tune.address` unset (tune=local) in a job: each round starts a Ray runtime of its own on the node
+    that runs the command, and the cluster's other nodes (its GPUs) train nothing. Fine to try a job on
+    one machine, and what a newcomer's first submit does; said, not refused."""
+    if address or not _runs_rounds(job):
+        return
+    console.print(
+        "[yellow]tune=local[/]: the job's rounds will start a Ray runtime of their own on the node that "
+        "runs the command, and no other node of the cluster will train; add tune=cluster (or "
+        "tune.address=auto) to place the trials across the cluster",
+        highlight=False,
+    )
+
+
 def _driver_resources(args: argparse.Namespace) -> DriverResources:
     from forge_ml.cluster import DriverResources
 
@@ -125,6 +147,7 @@ def run_submit(ctx: Context) -> int:
             "shared storage; a relative one would be read from the job's own temporary directory"
         )
     address = dashboard_address(ctx.args.address, cfg.tune.address)
+    _warn_of_a_private_runtime(job, cfg.tune.address)
     outcome = submit(
         address,
         ctx.project().root,
