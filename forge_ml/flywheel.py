@@ -482,9 +482,8 @@ class Flywheel:
             if state.reached("tuned"):
                 state.stage = "augmented"
         save_state(self.project, state)  # the local record first: MLflow may be the thing that failed
-        if (
-            stopped is not None
-        ):  # said now: a command stopped with its Ray runtime may not live to its last line
+        # said now: a command stopped together with its Ray runtime may not live to its last line
+        if stopped is not None:
             console.print(
                 f"[yellow]round {state.round}: {stopped}[/]; kept as it stood, `forge-ml flywheel` resumes it",
                 highlight=False,

@@ -163,12 +163,13 @@ def test_a_round_commits_only_what_the_enclosing_repository_does_not_ignore(tmp_
 
 @pytest.mark.slow
 def test_status_follows_a_running_flywheel_by_its_heartbeat(small_project):
-    """While a round augments (held there 12 s by a failpoint), `status` names the round and its step,
-    calls the flywheel alive and sees the heartbeat rewritten; once it ends, "completed"."""
+    """While a round augments (held there 20 s by a failpoint), `status` names the round and its step,
+    calls the flywheel alive and sees the heartbeat rewritten; once it ends, "completed". The beats
+    are read before `status` runs: a `status` that took 10 s on a loaded machine let the hold end."""
     root = small_project.root
     args = ["-p", str(root), "flywheel", "--skip-train", "--rounds", "1", "planner=offline"]
     args += ["planner.augment_n=5", "flywheel.heartbeat_s=0.5", *FAST]
-    env = {**os.environ, "NO_COLOR": "1", FAILPOINTS: "flywheel.augment=sleep:12"}
+    env = {**os.environ, "NO_COLOR": "1", FAILPOINTS: "flywheel.augment=sleep:20"}
     flywheel = subprocess.Popen(
         [str(Path(sys.executable).with_name("forge-ml")), *args],
         env=env,
@@ -182,11 +183,11 @@ def test_status_follows_a_running_flywheel_by_its_heartbeat(small_project):
         while not (beat_path.is_file() and json.loads(beat_path.read_text()).get("step") == "augment"):
             assert flywheel.poll() is None and time.monotonic() < deadline, flywheel.communicate()[0][-3000:]
             time.sleep(0.1)
-        status = run_cli("-p", str(root), "--json", "status")
-        looked = envelope(status)
         first = json.loads(beat_path.read_text())
         time.sleep(1.2)
         second = json.loads(beat_path.read_text())
+        status = run_cli("-p", str(root), "--json", "status")
+        looked = envelope(status)
         assert flywheel.poll() is None  # still held at the failpoint: it was running all along
     finally:
         output = flywheel.communicate(timeout=300)[0]
