@@ -48,6 +48,15 @@ def test_generate_offline_into_an_output_file_leaves_canonical_alone(project):
     assert "generate/cost_usd" not in run.data.metrics and run.data.params["data.writer"] == "generator"
 
 
+@pytest.mark.parametrize("command", [["generate"], ["patch", "more hovering"]])
+def test_a_new_project_with_seed_only_gets_its_first_generated_examples(project, command):
+    """The first command of a new project: canonical empty, the writer shown seed examples only."""
+    canonical(project).write_text("")
+    result, env = cli(project, *command, "--n", "6", env=OFFLINE)
+    assert result.returncode == 0, result.stderr
+    assert env["added"] == 6 and len(read_examples(canonical(project))) == 6
+
+
 def test_patch_offline_generates_for_the_categories_the_description_names(project):
     result, env = cli(project, "patch", "More landing and hovering, please", "--n", "12", env=OFFLINE)
     assert result.returncode == 0, result.stderr

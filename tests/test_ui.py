@@ -66,3 +66,22 @@ def in_session(sid: int) -> list[str]:
         except (OSError, ValueError, IndexError):
             continue
     return found
+
+
+def test_ui_on_a_port_in_use_exits_2_saying_so_instead_of_pointing_at_it(small_project):
+    """MLflow's server logs a failed bind and exits 0: forge-ml must not name that address as the UI."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        exe = Path(sys.executable).with_name("forge-ml")
+        result = subprocess.run(
+            [str(exe), "ui", "--port", str(port)],
+            cwd=small_project.root,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"http://127.0.0.1:{port} is taken" in result.stderr and "--port" in result.stderr
+    assert "MLflow UI for" not in result.stdout and not (small_project.root / "mlflow.db").exists()

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 
 from forge_ml.commands import Command, Context, overrides_argument
 from forge_ml.console import console, results, shell_path
-from forge_ml.errors import EXIT_OK
+from forge_ml.errors import EXIT_OK, InputError, RuntimeFault
 from forge_ml.project import init_project, packaged_examples
 
 
@@ -77,6 +78,7 @@ def run_ui(ctx: Context) -> int:
         console.print(f"the tracking server is already serving its UI: open {uri}")
         return EXIT_OK
     args = ctx.args
+    _check_port_free(args.host, args.port)
     seed_sqlite_store(uri)
     console.print(f"MLflow UI for {uri} on http://{args.host}:{args.port} (Ctrl-C to stop)")
     argv = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
@@ -89,6 +91,28 @@ def run_ui(ctx: Context) -> int:
         argv += ["--uvicorn-opts", "--no-access-log"]
     os.execv(sys.executable, argv)
     return EXIT_OK  # not reached
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Refuse a port something already listens on: MLflow's server would log the failed bind and
+    exit 0, after forge-ml had named the address as the UI's."""
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise InputError(f"--host {host}: {exc.strerror}") from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(
+            socket.SOL_SOCKET, socket.SO_REUSEADDR, 1
+        )  # as uvicorn binds: TIME_WAIT is no obstacle
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise RuntimeFault(
+                f"http://{host}:{port} is taken ({exc.strerror}): another `forge-ml ui` or program listens "
+                f"there; open it if it is this project's UI, or choose another port with --port"
+            ) from None
 
 
 COMMANDS = [

@@ -183,7 +183,9 @@ def digests(rows: Any, name: str) -> Any:
 def table_examples(table: Any, source: Path, rows: Any = None) -> list[Example]:
     """A table's rows (all, or those at the given indices) as Examples; rows read from `source` name their line."""
     if rows is not None:
-        table = table.take(rows)
+        import numpy as np
+
+        table = table.take(np.asarray(rows, dtype=np.int64))  # typed: an empty list alone reads as nulls
     users, answers = table.column("user").to_pylist(), table.column("assistant").to_pylist()
     metas, lines = table.column("meta").to_pylist(), table.column("line").to_pylist()
     return [
