@@ -102,11 +102,28 @@ def mirrored_to(path: Path, max_bytes: int = LOG_MAX_BYTES) -> Iterator[None]:
     logger.addHandler(handler)
     try:
         yield
+    except Exception as exc:  # the error a run ends with belongs in its log, not on stderr alone
+        _log_error(mirror, log, exc)
+        raise
     finally:
         logger.removeHandler(handler)
         for target in (console, results):
             target.mirrors.remove(mirror)
         log.close()
+
+
+def _log_error(mirror: Console, log: BoundedLog, exc: Exception) -> None:
+    """`error: …` under its time, as the command says it; an unexpected error's traceback after it."""
+    import traceback
+
+    from forge_ml.errors import ForgeError, describe
+    from forge_ml.secrets import redact_text
+
+    expected = isinstance(exc, ForgeError) and str(exc).strip()
+    stamp = datetime.now().strftime(LOG_TIME_FORMAT)
+    mirror.print(stamp, f"error: {redact_text(str(exc) if expected else describe(exc))}", markup=False)
+    if not expected:
+        log.write(redact_text("".join(traceback.format_exception(exc))))
 
 
 def titled_table(title: str, **options: Any) -> Any:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import re
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
@@ -188,3 +190,30 @@ def test_away_from_a_terminal_a_line_is_printed_whole_and_a_table_keeps_the_widt
     assert all(len(row) <= width for row in out.getvalue().splitlines())
     drawn = "".join(ch for ch in out.getvalue() if not ch.isspace() and not "\u2500" <= ch <= "\u257f")
     assert drawn == "t" + "words" + "".join(line.split())  # folded, nothing cut
+
+
+def test_the_error_a_mirrored_run_ends_with_is_in_its_log_with_a_traceback_when_unexpected(tmp_path):
+    """A flywheel that died of an unexpected error said so on stderr only: its flywheel.log, the
+    record of an unattended run, stopped at the last progress line."""
+    from forge_ml.console import console, mirrored_to
+    from forge_ml.errors import InputError
+
+    path = tmp_path / "run.log"
+    with pytest.raises(RuntimeError), mirrored_to(path):
+        console.print("trials: 2 running")
+        raise RuntimeError(
+            "Caught unexpected exception: a worker was killed (token sk-ant-api03-abcdefghijklmnop)"
+        )
+    with pytest.raises(InputError), mirrored_to(path):
+        raise InputError("dataset/gold.jsonl:3: not JSON")
+    lines = path.read_text().splitlines()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d trials: 2 running", lines[0])
+    assert re.fullmatch(
+        r"\S+ \S+ error: RuntimeError: Caught unexpected exception: a worker was killed \(token \S+\)",
+        lines[1],
+    )
+    assert lines[2] == "Traceback (most recent call last):" and "sk-ant-api03" not in path.read_text()
+    assert re.fullmatch(
+        r"\S+ \S+ error: dataset/gold.jsonl:3: not JSON", lines[-1]
+    )  # bad input: its message alone
+    assert not [line for line in lines if "InputError" in line]
