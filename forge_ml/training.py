@@ -125,6 +125,7 @@ class _EpochMetrics:
         hook: EpochHook | None,
         history: list[dict[str, float]],
         on_checkpoint: CheckpointHook | None = None,
+        on_step: Callable[[float], None] | None = None,
     ) -> None:
         from transformers import TrainerCallback
 
@@ -136,6 +137,10 @@ class _EpochMetrics:
         class Callback(TrainerCallback):
             def on_log(self, args, state, control, logs=None, **kwargs):
                 outer.on_log(state, logs or {})
+
+            def on_step_end(self, args, state, control, **kwargs):
+                if on_step is not None and state.epoch is not None:
+                    on_step(float(state.epoch))
 
             def on_save(self, args, state, control, **kwargs):
                 if on_checkpoint is not None and outer.history:
@@ -188,11 +193,13 @@ def train_sft(
     tqdm: bool = True,
     scratch_dir: Path | None = None,
     on_checkpoint: CheckpointHook | None = None,
+    on_step: Callable[[float], None] | None = None,
     resume_from: Path | None = None,
 ) -> TrainOutcome:
     """Train `model` on the tokenised datasets and save the adapter (or model) + tokenizer to `output_dir`.
 
     `on_checkpoint` gets each epoch's checkpoint directory (written under `scratch_dir`);
+    `on_step` gets the trainer's fractional epoch after each optimizer step;
     `resume_from` continues a run from such a checkpoint, optimizer and data order included.
     """
     import json
@@ -205,7 +212,7 @@ def train_sft(
     if cfg.training.threads:
         torch.set_num_threads(cfg.training.threads)
     outcome = TrainOutcome(output_dir=output_dir)
-    metrics = _EpochMetrics(on_epoch, outcome.history, on_checkpoint)
+    metrics = _EpochMetrics(on_epoch, outcome.history, on_checkpoint, on_step)
     prepared = "length" in train_dataset.column_names  # else input_ids and labels only: TRL prepares them
     args = sft_config(
         cfg,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -50,9 +51,14 @@ def test_labels_cover_the_answer_only(setup):
 
 
 @pytest.mark.slow
-def test_lora_changes_the_adapter_and_never_the_base(setup, tmp_path):
+def test_lora_changes_the_adapter_and_never_the_base(setup, tmp_path, monkeypatch, capsys):
     import torch
 
+    from forge_ml import progress
+
+    monkeypatch.setattr(progress, "EPOCH_LINE_EVERY_S", 0.0)  # a line at every step after the first
+    lines = progress.epoch_lines("/2")
+    steps: list[float] = []
     cfg, ref, tokenizer = setup
     model = load_base_model(ref, cfg)
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -69,9 +75,22 @@ def test_lora_changes_the_adapter_and_never_the_base(setup, tmp_path):
             tmp_path / "adapter",
             peft_config=peft_config_for(cfg),
             on_epoch=lambda m, step: epochs.append((m, step)),
+            on_step=lambda epoch: (steps.append(epoch), lines(epoch)),
             tqdm=False,
             scratch_dir=tmp_path / "scratch",
         )
+    # after each optimizer step, the trainer's fractional epoch: 12 examples in batches of 4, 2 epochs
+    assert steps == pytest.approx([1 / 3, 2 / 3, 1, 4 / 3, 5 / 3, 2])
+    said = capsys.readouterr().err
+    assert re.findall(r"epoch (\d)/2 at (\d+) %", said) == [
+        ("1", "66"),
+        ("1", "100"),
+        ("2", "33"),
+        ("2", "66"),
+        ("2", "100"),
+    ]
+    # with the time left in its epoch, from the speed so far, while there is some
+    assert said.count(" to go)") == 3 and "100 % (" not in said
     # the arguments forge-ml passes carry the installed transformers' own names and fit the device
     said = [str(w.message) for w in caught]
     assert [m for m in said if "`gradient_checkpointing` is deprecated" in m or "pin_memory" in m] == []

@@ -83,6 +83,9 @@ def test_round_leaves_a_round_run_with_one_nested_run_per_trial(small_project, c
     reported = [int(re.search(r"; (\d+) epochs? reported, ", p).group(1)) for p in progress]
     assert reported == sorted(reported) and reported[-1] == 8, progress
     assert all(re.search(r"reported, (\d+ s|\d+ min \d+ s) in", p) for p in progress), progress
+    # ...and, while trials run, where each is inside its epoch (the trials post it to the round's board)
+    ids = "|".join(re.escape(t.trial_id) for t in result.trials)
+    assert any(re.search(rf"in; now ({ids}) epoch [12] at \d+ %", p) for p in periodic), periodic
     for record in result.trials:  # a trial's model is its last checkpoint, the one its last report describes
         kept = Path(record.checkpoint)  # the final report's adapter: no trainer state, unlike an epoch's
         assert (kept / "adapter_model.safetensors").is_file() and not (kept / "trainer_state.json").exists()

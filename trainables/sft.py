@@ -19,6 +19,7 @@ from forge_ml.config.overrides import with_overrides
 from forge_ml.data.examples import Example
 from forge_ml.errors import first_line
 from forge_ml.faults import failpoint
+from forge_ml.tuning.steps import poster
 from trainables.scratch import trial_scratch
 
 FAULT_ENV = "FORGE_FAULT_CRASH_AFTER_EPOCH"  # test hook: crash once after this epoch's checkpoint
@@ -45,6 +46,7 @@ class TrialContext:
     dev_dataset: Any
     dev_examples: list[Example]
     system_prompt: str
+    board: Any = None  # the round's step board (forge_ml/tuning/steps.py), set while its trials run
 
 
 def sft_trial(config: dict[str, Any], context: TrialContext) -> None:
@@ -64,6 +66,9 @@ def sft_trial(config: dict[str, Any], context: TrialContext) -> None:
     last: dict[str, float] = {}
 
     node = {"forge/node_id": ray.get_runtime_context().get_node_id()}
+    on_step = None
+    if context.board is not None:  # where this trial is inside its epoch, for the round's progress line
+        on_step = poster(context.board, tune.get_context().get_trial_id())
 
     def report(metrics: dict[str, float], epoch: int, path: Path) -> None:
         last.update(metrics, epoch=float(epoch))
@@ -81,7 +86,7 @@ def sft_trial(config: dict[str, Any], context: TrialContext) -> None:
         base = local_base(context.base_source, scratch / "base")
         node["forge/base_path"] = base  # where this trial read the base from (recorded on its run)
         try:
-            _train_and_report(cfg, context, base, scratch, report, resume_dir, last, node)
+            _train_and_report(cfg, context, base, scratch, report, resume_dir, last, node, on_step)
         except SystemExit:  # the scheduler stopped this trial at a report (Ray exits the thread)
             failpoint("trial.stopped")
             raise
@@ -107,6 +112,7 @@ def release_accelerator_memory() -> None:
     import torch
 
     gc.collect()
+    _return_freed_heap()
     if torch.cuda.is_available():
         # cuBLAS keeps its workspaces (64 MiB on an H200) in torch's allocator; they come back
         # on the next matrix product. Their 64.0 MiB was all a LoRA training left (bench/gpu_check.py).
@@ -114,6 +120,27 @@ def release_accelerator_memory() -> None:
         if clear_workspaces is not None:
             clear_workspaces()
         torch.cuda.empty_cache()
+
+
+def _return_freed_heap() -> None:
+    """Hand the memory a finished trial freed back to the system (glibc's malloc_trim).
+
+    Ray runs each trial of a reused actor in a new thread, and glibc gives a thread a heap (arena)
+    of its own that keeps what the thread freed: without a trim, a worker's resident memory grew by
+    a whole trial's peak (6-7 GB for SmolLM2 at batch_size=16) with every trial it ran, until Ray's
+    memory monitor killed a trial, and the round with it.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim this way
+        return
+    trim(0)
 
 
 def _train_and_report(
@@ -125,6 +152,7 @@ def _train_and_report(
     resume_dir: Path | None,
     last: dict[str, float],
     node: dict[str, str],
+    on_step: Callable[[float], None] | None = None,
 ) -> None:
     """Train from `base_source` (each epoch reported through `report`), then report the final dev accuracy."""
     import torch
@@ -151,6 +179,7 @@ def _train_and_report(
             tqdm=False,
             scratch_dir=scratch / "checkpoints",
             on_checkpoint=report,
+            on_step=on_step,
             resume_from=resume_dir,
         )
         project_root = Path(cfg.project_dir)

@@ -24,6 +24,7 @@ from forge_ml.evaluation.scorers import make_scorer
 from forge_ml.fileio import atomic_write_json
 from forge_ml.models.adapters import peft_config_for
 from forge_ml.models.loader import BaseModelRef, load_base_model, load_tokenizer, pin_hub_commit, resolve_base
+from forge_ml.progress import epoch_lines
 from forge_ml.project import Project
 from forge_ml.registry import GoldOutcome, Registry
 from forge_ml.tracking import TrackedRun, Tracker, config_params
@@ -45,10 +46,15 @@ class TrainSummary:
     version: str | None = None  # the registry version, with `register`
 
 
+def _of_epochs(cfg: ForgeConfig) -> str:
+    """`/3` after an epoch's number, when the run is counted in epochs (not training.max_steps)."""
+    return f"/{cfg.training.epochs}" if cfg.training.max_steps <= 0 else ""
+
+
 def _epoch_line(run: TrackedRun, cfg: ForgeConfig) -> Any:
     """The epoch hook of `train`: log the epoch's metrics on the run and print one line for it."""
     started = time.perf_counter()
-    of = f"/{cfg.training.epochs}" if cfg.training.max_steps <= 0 else ""
+    of = _of_epochs(cfg)
 
     def hook(metrics: dict[str, float], epoch: int) -> None:
         nonlocal started
@@ -124,6 +130,7 @@ def run_train(
             tokens.dev,
             adapter_dir,
             on_epoch=_epoch_line(run, cfg),
+            on_step=epoch_lines(_of_epochs(cfg)),  # away from a terminal, a line a minute inside an epoch
             peft_config=peft_config_for(cfg),
             scratch_dir=scratch,
             tqdm=console.is_terminal,

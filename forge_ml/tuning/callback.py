@@ -16,7 +16,9 @@ from forge_ml.config.overrides import with_overrides
 from forge_ml.console import console
 from forge_ml.faults import armed, failpoint
 from forge_ml.heartbeat import TrialCounts
+from forge_ml.progress import minutes
 from forge_ml.tracking import TrackedRun, Tracker, config_params
+from forge_ml.tuning.steps import describe, read_board
 
 log = logging.getLogger(__name__)
 LOGGED_METRICS = ("train/loss", "dev/loss", "dev/accuracy", "train/tokens_per_s")
@@ -80,6 +82,7 @@ class RoundTracker(Callback):
         enabled: bool = True,
         on_trials: Callable[[TrialCounts], None] | None = None,
         planned: int = 0,
+        board: Any = None,
     ) -> None:
         self.tracker = tracker
         self.round_run = round_run
@@ -91,6 +94,7 @@ class RoundTracker(Callback):
         # the round's trials (tune.num_samples): Ray creates them as the concurrency limit lets it,
         # so its list holds only those started so far
         self.planned = planned
+        self.board = board  # the round's step board (forge_ml/tuning/steps.py): positions inside epochs
         self.runs: dict[str, TrackedRun] = {}
         self.logged_epochs: dict[str, set[int]] = {}
         self.best: tuple[float, str] | None = None  # (value, trial id) of the best latest figure
@@ -104,9 +108,10 @@ class RoundTracker(Callback):
 
     def __getstate__(self) -> dict[str, Any]:
         """Ray Tune saves its callbacks with the experiment; a restored round is given a new tracker,
-        so the progress hook (it holds the flywheel's heartbeat and its lock) is left out, and so is
-        the clock (a monotonic time means nothing in another process)."""
-        return {**self.__dict__, "on_trials": None, "_started": None}
+        so the progress hook (it holds the flywheel's heartbeat and its lock) is left out, and so are
+        the clock (a monotonic time means nothing in another process) and the step board (an actor
+        of the run that saved it)."""
+        return {**self.__dict__, "on_trials": None, "_started": None, "board": None}
 
     # -- Ray Tune hooks --------------------------------------------------------------------
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
@@ -236,22 +241,16 @@ class RoundTracker(Callback):
         waiting = f", {pending} pending" if pending else ""  # Ray Tune's word: not started yet
         total = max(len(trials), self.planned)
         best = f"best {self.metric} {self.best[0]:.4f} ({self.best[1]})" if self.best else "no result yet"
-        clock = f", {_minutes(now - self._started)} in" if self._started is not None else ""
+        clock = f", {minutes(now - self._started)} in" if self._started is not None else ""
         epochs = f"{self.epochs_trained} epoch{'' if self.epochs_trained == 1 else 's'} reported{clock}"
+        where = ""
+        if ended is None and self.board is not None:  # the periodic line: where the running trials are
+            now_running = [t.trial_id for t in trials if t.status == "RUNNING"]
+            where = describe(read_board(self.board), now_running)
         console.print(
             f"trials: {running} running{waiting}, {self.counts['finished']} finished, {self.counts['stopped']} stopped early, "
-            f"{self.counts['failed']} failed of {total} — {best}; {epochs}",
+            f"{self.counts['failed']} failed of {total} — {best}; {epochs}" + (f"; {where}" if where else ""),
             highlight=False,
         )
         if self.on_trials is not None:  # the heartbeat: `forge-ml status` shows the same counts
             self.on_trials(TrialCounts(running, **self.counts, total=total))
-
-
-def _minutes(seconds: float) -> str:
-    """'42 s', '6 min 12 s', '1 h 05 min': a round's time as a person reads it."""
-    whole = int(seconds)
-    if whole < 60:
-        return f"{whole} s"
-    if whole < 3600:
-        return f"{whole // 60} min {whole % 60} s"
-    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"

@@ -34,6 +34,7 @@ from forge_ml.search import SearchParam, check_space, parse_space, tune_space
 from forge_ml.tracking import TrackedRun, Tracker, config_params
 from forge_ml.tuning.runtime import (
     check_local_cpus,
+    fit_or_explain,
     note_trial_process,
     preflight,
     ray_runtime,
@@ -351,6 +352,13 @@ class _Fit:
         return tuner, False
 
     def fit(self, round_run: TrackedRun) -> RoundResult:
+        from forge_ml.tuning.steps import step_board
+
+        with step_board() as board:
+            self.context.board = board
+            return self._fit(round_run, board)
+
+    def _fit(self, round_run: TrackedRun, board: Any) -> RoundResult:
         from ray import tune
 
         from forge_ml.tuning.callback import RoundTracker
@@ -365,6 +373,7 @@ class _Fit:
             enabled=self.track,
             on_trials=self.on_trials,
             planned=cfg.tune.num_samples,
+            board=board,
         )
         callback.round_run_name = name
         trainable = tune.with_resources(
@@ -372,7 +381,7 @@ class _Fit:
             {"cpu": cfg.tune.resources.cpu, "gpu": cfg.tune.resources.gpu},
         )
         tuner, restored = self._tuner(trainable, callback)
-        grid = tuner.fit()
+        grid = fit_or_explain(tuner, name)
         result = RoundResult(
             round_run_id=round_run.run_id, name=name, restored=restored, restore_problem=self.restore_problem
         )

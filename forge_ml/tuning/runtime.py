@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from forge_ml import stopping
 from forge_ml.config import TuneConfig
-from forge_ml.errors import ConfigError, RuntimeFault
+from forge_ml.errors import ConfigError, RuntimeFault, first_line
 from forge_ml.project import Project
 from trainables.scratch import sweep_stale_scratch
 
@@ -113,3 +114,23 @@ def preflight(tune_cfg: TuneConfig, storage: str) -> int:
             "set tune.storage_path to a location every node reaches (s3://..., gs://..., or shared NFS as file://...)"
         )
     return len(nodes)
+
+
+MEMORY_KILL = "running low on memory"  # in what Ray Tune raises when Ray's memory monitor killed a trial
+
+
+def fit_or_explain(tuner: Any, name: str) -> Any:
+    """`tuner.fit()`; a trial killed by Ray's memory monitor ends the round with what to change.
+
+    Ray Tune 2.60 handles a trial killed that way (ray.exceptions.OutOfMemoryError) as an error it
+    did not expect: the whole fit raises instead of the one trial failing."""
+    try:
+        return tuner.fit()
+    except RuntimeError as exc:
+        if MEMORY_KILL not in str(exc):
+            raise
+        raise RuntimeFault(
+            f"{name}: Ray killed a trial because the machine ran low on memory ({first_line(exc)}); run "
+            "fewer trials at once (tune.max_concurrent_trials) or smaller ones (training.batch_size, "
+            "training.max_seq_length), or give each more of a node (tune.resources.cpu)"
+        ) from None
