@@ -9,7 +9,7 @@ script exits 0 only when all pass (1: a check failed, 2: no GPU).
   2. qlora      lora=qlora loads the base in 4-bit NF4 (bitsandbytes), trains, and the adapter
                 merges into a bf16 copy of the base that reloads and answers like the adapter;
                 the 4-bit base's weight memory against bf16 (< 60%); training peaks printed
-  3. release    after a training and release_accelerator_memory(), what a trial leaves allocated
+  3. release    after a training and release_trial_memory(), what a trial leaves allocated
                 on the GPU (< 64 MiB): a reused trial actor starts clean
   4. packing    4 trials at tune.resources.gpu=0.25 against 1 trial alone on the same GPU:
                 trials/hour ratio (>= 2x expected for a 135M model that cannot fill the GPU)
@@ -87,14 +87,14 @@ def check_qlora_and_release(bp, compose) -> list[Check]:
 
     from forge_ml.models.generation import NO_HUB_KERNELS, generate_batched, render_prompt
     from forge_ml.models.loader import quantization_config
-    from trainables.sft import release_accelerator_memory
+    from trainables.sft import release_trial_memory
 
     lora, lora_peak, lora_s = train_measured(compose([]))
-    release_accelerator_memory()
+    release_trial_memory()
     residue = torch.cuda.memory_allocated()
     qlora_cfg = compose(["lora=qlora"])
     qlora, qlora_peak, qlora_s = train_measured(qlora_cfg)
-    release_accelerator_memory()
+    release_trial_memory()
     checks = [
         Check(
             "release",
@@ -119,14 +119,14 @@ def check_qlora_and_release(bp, compose) -> list[Check]:
     adapted.merge_and_unload().save_pretrained(merged_dir)
     tokenizer.save_pretrained(merged_dir)
     del adapted
-    release_accelerator_memory()
+    release_trial_memory()
     merged = AutoModelForCausalLM.from_pretrained(merged_dir, dtype=torch.bfloat16, **NO_HUB_KERNELS).to(
         "cuda"
     )
     after = generate_batched(merged, tokenizer, prompts, batch_size=4, max_new_tokens=32)
     same = sum(a == b for a, b in zip(before, after))
     del merged
-    release_accelerator_memory()
+    release_trial_memory()
     checks.append(
         Check(
             "qlora",

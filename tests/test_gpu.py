@@ -3,7 +3,7 @@ through bitsandbytes). Skipped without a GPU; `bench/gpu_check.py` measures the 
 
 The release check trains a model large enough to matter (about 0.4 B parameters, ~0.8 GB in bf16)
 and then calls only what a reused Ray trial actor calls between trials,
-`release_accelerator_memory()`: if training kept a reference to the model, its optimizer or its
+`release_trial_memory()`: if training kept a reference to the model, its optimizer or its
 activations, the memory stays allocated and the check fails.
 """
 
@@ -16,7 +16,7 @@ from forge_ml.compose import compose_config
 from forge_ml.data.project_data import load_project_data
 from forge_ml.jobs.train import run_train
 from forge_ml.models.tiny import build_tiny_model
-from trainables.sft import release_accelerator_memory
+from trainables.sft import release_trial_memory
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 MiB = 2**20
@@ -63,7 +63,7 @@ def test_bf16_training_leaves_no_gpu_memory_once_released(small_project):
     summary = run_train(cfg)
     assert summary.history
     peak = torch.cuda.max_memory_allocated() - before
-    release_accelerator_memory()  # all a reused trial actor does between trials
+    release_trial_memory()  # all a reused trial actor does between trials
     torch.cuda.synchronize()
     left = torch.cuda.memory_allocated() - before
     assert peak > 700 * MiB, f"the model was too small to show a leak: peak {peak / MiB:.0f} MiB"
@@ -88,5 +88,5 @@ def test_qlora_trains_a_4bit_base_in_bf16(small_project):
     summary = run_train(cfg)
     assert summary.history and summary.history[-1]["dev/loss"] < summary.history[0]["dev/loss"] * 1.5
     assert (summary.adapter_dir / "adapter_model.safetensors").is_file()
-    release_accelerator_memory()
+    release_trial_memory()
     assert torch.cuda.memory_allocated() < 64 * MiB

@@ -22,7 +22,7 @@ PROBE = textwrap.dedent(
 
     import torch
 
-    from trainables.sft import release_accelerator_memory
+    from trainables.sft import release_trial_memory
 
 
     def rss_mb():
@@ -46,7 +46,7 @@ PROBE = textwrap.dedent(
     time.sleep(1)  # the thread's own exit hands back what it can
     gc.collect()
     freed = rss_mb()
-    release_accelerator_memory()
+    release_trial_memory()
     print(start, freed, rss_mb())
     """
 )

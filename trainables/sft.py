@@ -91,7 +91,7 @@ def sft_trial(config: dict[str, Any], context: TrialContext) -> None:
             failpoint("trial.stopped")
             raise
         finally:
-            release_accelerator_memory()
+            release_trial_memory()
 
 
 def local_base(source: str, scratch: Path) -> str:
@@ -105,8 +105,9 @@ def local_base(source: str, scratch: Path) -> str:
     return str(scratch)
 
 
-def release_accelerator_memory() -> None:
-    """Free what a finished (or failed) trial held on the GPU before the actor takes the next trial."""
+def release_trial_memory() -> None:
+    """Free what a finished (or failed) trial held, in the process's heap and on the GPU, before the
+    actor takes the next trial."""
     import gc
 
     import torch
