@@ -96,16 +96,14 @@ def run_ui(ctx: Context) -> int:
 def _check_port_free(host: str, port: int) -> None:
     """Refuse a port something already listens on: MLflow's server would log the failed bind and
     exit 0, after forge-ml had named the address as the UI's."""
-
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise InputError(f"--host {host}: {exc.strerror}") from None
     family, _, _, _, address = infos[0]
     with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(
-            socket.SOL_SOCKET, socket.SO_REUSEADDR, 1
-        )  # as uvicorn binds: TIME_WAIT is no obstacle
+        # as uvicorn binds: a connection of an earlier server in TIME_WAIT is no obstacle
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(address)
         except OSError as exc:
