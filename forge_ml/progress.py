@@ -127,8 +127,9 @@ def minutes(seconds: float) -> str:
 
 @dataclass(frozen=True)
 class Position:
-    """A trial's place in its training: `epoch` is the trainer's fractional epoch (1.25: a quarter
-    into the second), `epochs_per_s` its speed since the trial (re)started, 0 while unknown."""
+    """A training's place (a trial's, or `forge-ml train`'s): `epoch` is the trainer's fractional
+    epoch (1.25: a quarter into the second), `epochs_per_s` its speed since it (re)started, 0 while
+    unknown."""
 
     epoch: float
     epochs_per_s: float = 0.0
