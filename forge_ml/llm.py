@@ -9,14 +9,20 @@ no permission, spend limit) and errors that only end this request.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forge_ml.config import PlannerConfig
 from forge_ml.errors import ConfigError, describe
 from forge_ml.secrets import redact_text
+
+if TYPE_CHECKING:
+    from forge_ml.data.gold_guard import GoldGuard
+
+log = logging.getLogger(__name__)
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 _FATAL_NAMES = (
@@ -217,12 +223,24 @@ def quoted(name: str, value: Any) -> str:
 PROJECT_NOTES = (("mission.md", "Task description"), ("BACKGROUND.md", "Domain background"))
 
 
-def project_notes(root: Path) -> str:
-    """mission.md and BACKGROUND.md of the project at `root`, each titled and quoted (empty when absent)."""
+def project_notes(root: Path, guard: GoldGuard | None = None) -> str:
+    """mission.md and BACKGROUND.md of the project at `root`, each titled and quoted (empty when absent).
+
+    The planner reads them whole. A data writer or reviewer gets them through `guard`, which cuts
+    out quotes of the gold set (a planner's note in BACKGROUND.md may quote a gold failure).
+    """
     parts = []
     for name, title in PROJECT_NOTES:
         path = root / name
         text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+        if guard is not None:
+            text, quotes = guard.withhold(text)
+            if quotes:
+                log.warning(
+                    "%s quotes the gold set (%d place(s)): withheld from the data writer, which never sees gold",
+                    path,
+                    quotes,
+                )
         parts.append(f"{title} ({name}):\n{quoted(name, text)}")
     return "\n\n".join(parts)
 

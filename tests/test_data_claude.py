@@ -8,6 +8,7 @@ import re
 import threading
 
 import pytest
+from conftest import run_cli
 from data_checks import (
     KEY,
     OFFLINE,
@@ -26,6 +27,7 @@ from data_checks import (
 from fake_anthropic import DEFAULT_USAGE, FakeAnthropic, Reply
 
 from forge_ml.data.examples import read_examples
+from forge_ml.data.gold_guard import WITHHELD
 
 
 @pytest.fixture
@@ -274,3 +276,29 @@ def test_augment_with_claude_aims_each_request_at_failing_categories(project):
     assert '<data name="failure_counts">\n{\n "loiter": 1\n}' in by_size[2]
     assert not any(re.search(r"x\d", t) for t in texts)  # gold inputs never reach the generator
     assert {e.meta["source"] for e in read_examples(canonical(project))[START:]} == {"augment"}
+
+
+@pytest.mark.parametrize("command", ["generate", "patch", "audit"])
+def test_background_quoting_gold_reaches_a_writer_or_reviewer_without_the_quotes(project, command):
+    """BACKGROUND.md may quote gold (a planner's note, a user's paste); whoever writes or rewrites
+    examples never sees gold: the quotes are cut out of its prompt, the file stays as it is."""
+    gold = [
+        g.user for g in read_examples(project.root / "dataset" / "gold.jsonl") if len(g.user.split()) >= 3
+    ]
+    background = project.root / "BACKGROUND.md"
+    background.write_text(
+        background.read_text() + f'\n## Learned in round 2\n\nGold missed "{gold[0]}"; feet are never used.\n'
+    )
+    before = background.read_bytes()
+    args = {"generate": ["--n", "5"], "patch": ["hover in gusts", "--n", "5"], "audit": []}[command]
+    with FakeAnthropic() as fake:
+        fake.on_tool("write_examples", Writer())
+        fake.on_tool("review_examples", lambda body: {"reviews": []})
+        result = run_cli("-p", str(project.root), command, *args, env=claude_env(fake))
+        bodies = [r.body for r in fake.requests]
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert bodies and background.read_bytes() == before
+    for body in bodies:
+        system = body["system"][0]["text"]
+        assert gold[0] not in system and f'Gold missed \\"{WITHHELD}\\"; feet are never used.' in system
+    assert "BACKGROUND.md quotes the gold set (1 place(s)): withheld from the data writer" in result.stderr

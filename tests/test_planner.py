@@ -5,15 +5,19 @@ The offline planner has its own module, tests/test_offline_planner.py."""
 from __future__ import annotations
 
 import json
+import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from conftest import write_jsonl
 from fake_anthropic import DEFAULT_USAGE, FakeAnthropic, Reply, error_reply
 
+from forge_ml import journal
 from forge_ml.augment import allocate, augment_data
 from forge_ml.compose import compose_config
 from forge_ml.data.examples import read_examples
+from forge_ml.data.gold_guard import WITHHELD
 from forge_ml.flywheel_state import PlannerRecord
 from forge_ml.planner import RoundPlanner, validate_plan
 from forge_ml.planner.history import History
@@ -130,6 +134,60 @@ def test_claude_plan_is_validated_and_applied_with_cached_prefix_and_cost(fake, 
         DEFAULT_USAGE["input_tokens"] * 3.0 + DEFAULT_USAGE["output_tokens"] * 15.0 + 1024 * 0.30
     ) / 1e6
     assert outcome.usage.cost_usd(cfg.planner) == pytest.approx(expected_cost)
+
+
+def _data_block(request, name: str):
+    return json.loads(re.search(rf'<data name="{name}">\n(.*?)\n</data>', _user_text(request), re.S)[1])
+
+
+@pytest.mark.parametrize("model", ["tiny", "smollm2-135m-instruct", "a local directory"])
+def test_the_planner_is_told_the_base_model_and_the_data_per_category(fake, example_project, tmp_path, model):
+    """What an augment_n and a learning rate depend on: how many examples there are, on which base."""
+    local = tmp_path / "home-of-someone" / "my-base-model"
+    overrides = [f"model.name_or_path={local}"] if model == "a local directory" else [f"model={model}"]
+    cfg = compose_config(example_project, ["planner.timeout_s=3", "planner.max_retries=0", *overrides])
+    fake.on_tool("propose_experiment", lambda body: VALID)
+    RoundPlanner(cfg, example_project).plan(cfg, History(), 1)
+    (request,) = fake.requests
+    told = _data_block(request, "model_and_data")
+    canonical = read_examples(example_project.root / "dataset" / "canonical.jsonl")
+    assert told["training_examples"] == len(canonical) > 0
+    assert told["per_category"] == dict(Counter(e.category for e in canonical))
+    assert list(told["per_category"].values()) == sorted(told["per_category"].values(), reverse=True)
+    assert told["adapter"] == "LoRA"
+    assert (
+        told["base_model"]
+        == {
+            "tiny": "tiny (2 layers, randomly initialised: it proves the plumbing)",
+            "smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct",
+            "a local directory": "my-base-model",  # its name, never the path
+        }[model]
+    )
+    assert "home-of-someone" not in json.dumps(request.body)
+
+
+def test_a_plan_note_quoting_gold_reaches_the_data_writer_without_the_quotes(fake, cfg, example_project):
+    """The planner reads gold failures; what it writes into BACKGROUND.md goes to the data writer,
+    which never sees gold: a quoted gold input is cut out of the writer's prompt (not the planner's)."""
+    root: Path = example_project.root
+    gold = [g.user for g in read_examples(root / "dataset" / "gold.jsonl") if len(g.user.split()) >= 3]
+    note = f'Gold failed on "{gold[0]}" and on {gold[1].upper()}; altitudes are always metres.'
+    fake.on_tool("propose_experiment", lambda body: plan_with(background_additions=note))
+    fake.on_tool("write_examples", lambda body: {"examples": []})
+    plan = RoundPlanner(cfg, example_project).plan(cfg, History(), 1).plan
+    journal.append_background(example_project, 1, plan.background_additions)  # as a round does
+    assert gold[0] in (root / "BACKGROUND.md").read_text()  # the next plan reads the note whole
+
+    from forge_ml.llm import make_client
+
+    augment_data(cfg, example_project, plan, 1, failures=[], claude=make_client(cfg.planner))
+    writer = [r.body for r in fake.requests if r.body["tool_choice"]["name"] == "write_examples"]
+    assert writer
+    for body in writer:
+        sent = json.dumps(body, ensure_ascii=False).casefold()
+        assert gold[0].casefold() not in sent and gold[1].casefold() not in sent
+        system = body["system"][0]["text"]
+        assert f'Gold failed on \\"{WITHHELD}\\" and on {WITHHELD}; altitudes are always metres.' in system
 
 
 def test_an_invalid_plan_goes_back_once_with_the_errors_then_the_corrected_plan_is_used(

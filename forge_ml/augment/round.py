@@ -22,6 +22,7 @@ from forge_ml.augment.offline import GENERATOR_FILE, generate_offline, load_gene
 from forge_ml.augment.validate import Admission, admit, refuse_garbage
 from forge_ml.config import ForgeConfig
 from forge_ml.data.examples import dataset_hash, read_examples
+from forge_ml.data.gold_guard import GoldGuard
 from forge_ml.data.project_data import read_gold, read_system_prompt
 from forge_ml.evaluation.scorers import make_scorer
 from forge_ml.fileio import atomic_write_text
@@ -98,6 +99,7 @@ def augment_data(
         from forge_ml.augment.claude import write_examples
 
         result.writer = "claude"
+        notes = project_notes(project.root, GoldGuard.of(gold_examples, seed_examples))
         for attempt in range(ATTEMPTS):  # again for what drops left short, until a call adds nothing
             wanted = plan.augment_n - len(total.kept)
             try:
@@ -106,7 +108,7 @@ def augment_data(
                     cfg.planner,
                     n=wanted,
                     focus=focus,
-                    notes=project_notes(project.root),
+                    notes=notes,
                     system_prompt=read_system_prompt(project, cfg.task),
                     samples=existing[:: max(1, len(existing) // 8)][:8],
                     failures=failures,

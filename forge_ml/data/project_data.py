@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from forge_ml.config import TaskConfig
 from forge_ml.data.examples import Example, dataset_hash, read_examples
+from forge_ml.data.gold_guard import GoldGuard
 from forge_ml.data.table import (
     KEY_BYTES,
     ExampleTable,
@@ -118,6 +119,12 @@ def read_gold(project: Project, task: TaskConfig) -> list[Example]:
     if not gold:
         raise InputError(f"{path}: the gold set is empty; add held-out examples to evaluate on")
     return gold
+
+
+def writer_guard(project: Project, task: TaskConfig) -> GoldGuard:
+    """What a data writer's prompt must not quote: the gold set (answers a seed example shares aside)."""
+    seed = read_examples(project.resolve(task.seed_path), required=False)
+    return GoldGuard.of(read_gold(project, task), seed)
 
 
 def check_gold_overlap(examples: list[Example], gold: list[Example]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from forge_ml.config import ForgeConfig
 from forge_ml.data.examples import Example
-from forge_ml.data.project_data import read_system_prompt
+from forge_ml.data.project_data import read_system_prompt, writer_guard
 from forge_ml.llm import (
     ClaudeRequestFailed,
     ClaudeUnavailable,
@@ -122,7 +122,7 @@ def _system(project: Project, cfg: ForgeConfig) -> list[dict[str, Any]]:
             + f"\nAnswers are scored with the {scorer} scorer.\n\nThe model's system prompt:\n"
             + quoted("system_prompt", read_system_prompt(project, cfg.task))
             + "\n\n"
-            + project_notes(project.root)
+            + project_notes(project.root, writer_guard(project, cfg.task))
         )
     ]
 

@@ -42,7 +42,7 @@ from forge_ml.augment.validate import Admission, admit, refuse_garbage
 from forge_ml.config import ForgeConfig
 from forge_ml.console import console
 from forge_ml.data.examples import Example, read_examples
-from forge_ml.data.project_data import read_gold, read_system_prompt
+from forge_ml.data.project_data import read_gold, read_system_prompt, writer_guard
 from forge_ml.data.table import ExampleTable, KnownKeys, load_table
 from forge_ml.errors import ConfigError, InputError, RuntimeFault
 from forge_ml.evaluation.scorers import make_scorer
@@ -189,7 +189,9 @@ def _brief(cfg: ForgeConfig, job: DataJob, inputs: _Inputs, n: int | None = None
 
 
 def _system(cfg: ForgeConfig, project: Project) -> list[dict[str, Any]]:
-    return system_blocks(project_notes(project.root), read_system_prompt(project, cfg.task))
+    return system_blocks(
+        project_notes(project.root, writer_guard(project, cfg.task)), read_system_prompt(project, cfg.task)
+    )
 
 
 def estimate(cfg: ForgeConfig, project: Project, job: DataJob, inputs: _Inputs) -> DataSummary:
