@@ -236,7 +236,8 @@ def test_a_new_projects_audit_reviews_its_seed_and_writes_nothing(bare_project):
 
 def test_labels_spelt_unlike_gold_and_the_seed_are_found_and_respelt(bare_project):
     """A classification project (its answers a closed set of labels): canonical answers that fold to
-    a label ("Positive.", "negative" for "négative") are respelt by --fix; other answers are left."""
+    a label ("Positive.", "negative" for "négative") are respelt by --fix; an answer that folds to
+    none ("mixed feelings") is an error gold never accepts, which --fix cannot mend and leaves."""
     root = bare_project.root
 
     def rows(prefix: str, labels: list[str]) -> list[dict]:
@@ -249,10 +250,50 @@ def test_labels_spelt_unlike_gold_and_the_seed_are_found_and_respelt(bare_projec
     write_jsonl(canonical, rows("review", written))
     result, data = cli(root, "audit", "--fix", "planner=offline")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert {(f["index"], f["check"], f["suggested_fix"]) for f in data["findings"]} == {
-        (0, "form", "positive"),
-        (1, "form", "négative"),
+    assert {(f["index"], f["check"], f["severity"], f["suggested_fix"]) for f in data["findings"]} == {
+        (0, "form", "warning", "positive"),
+        (1, "form", "warning", "négative"),
+        (3, "form", "error", None),
+        (5, "form", "error", None),
     }
+    off_label = [f["issue"] for f in data["findings"] if f["severity"] == "error"]
+    assert off_label == ["the answer is none of gold's and the seed's labels (négative, positive)"] * 2
     assert data["fixed"] == [0, 1]
     after = [e.assistant for e in read_examples(canonical)]
     assert after == ["positive", "négative", "positive", "mixed feelings", "positive \n", "so-so\n"]
+
+
+def test_a_reviewers_fix_to_an_answer_outside_the_labels_is_refused(bare_project):
+    """Claude may suggest a label the task does not have ("mixed" where gold knows positive and
+    négative): gold would never accept it, so --fix refuses it; a fix to a label is applied."""
+    root = bare_project.root
+
+    def rows(prefix: str, labels: list[str]) -> list[dict]:
+        return [{"prompt": f"{prefix} {i}", "completion": label} for i, label in enumerate(labels)]
+
+    write_jsonl(root / "dataset" / "gold.jsonl", rows("gold review", ["positive", "négative"] * 2))
+    write_jsonl(root / "dataset" / "seed.jsonl", rows("seed review", ["négative", "positive"] * 2))
+    canonical = root / "dataset" / "canonical.jsonl"
+    write_jsonl(canonical, rows("review", ["positive", "positive", "négative"]))
+    fixes = {0: "Négative.", 1: "mixed"}
+
+    def review(body: dict) -> dict:
+        shown = [e["index"] for e in _examples_in(body)]
+        return {
+            "reviews": [
+                {"index": i, "severity": "error", "issue": "wrong label", "suggested_fix": fixes[i]}
+                for i in shown
+                if i in fixes
+            ]
+        }
+
+    with FakeAnthropic() as fake:
+        fake.on_tool("review_examples", review)
+        env = {"ANTHROPIC_API_KEY": SECRET, "ANTHROPIC_BASE_URL": fake.base_url}
+        result, data = cli(root, "audit", "--fix", *FAST, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert data["fixed"] == [0]
+    assert data["refused"] == [
+        {"index": 1, "reason": "the fixed answer is none of gold's and the seed's labels"}
+    ]
+    assert [e.assistant for e in read_examples(canonical)] == ["négative", "positive", "négative"]

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from forge_ml.augment.categories import match_categories
 from forge_ml.augment.conventions import (
+    OFF_LABEL,
     RELABELLED,
     RESPACED,
     RESPELT,
@@ -20,6 +21,7 @@ from forge_ml.augment.conventions import (
     Conventions,
     bare_json,
     fold,
+    fold_label,
     spaced,
     unwrap_json,
 )
@@ -199,8 +201,14 @@ def test_an_answer_spelt_another_way_takes_the_spelling_of_the_projects_label(la
         {RELABELLED: 1} if written.strip() != label else {}
     )
     other = Example("go", "something else entirely, with an explanation")
-    conventions.mend(other, mended)
-    assert other.assistant == "something else entirely, with an explanation"  # not a label: as written
+    assert conventions.mend(other, mended) == OFF_LABEL  # gold never accepts it: refused
+    assert other.assistant == "something else entirely, with an explanation"
+    anything = data.draw(st.text(min_size=1, max_size=20).filter(str.strip))
+    example = Example("go", anything)
+    label = conventions.labels.get(fold_label(anything))
+    assert conventions.mend(example, Counter()) == (None if label else OFF_LABEL)
+    assert example.assistant == (label or anything)
+    assert conventions.answer(anything) == label
 
 
 def test_answers_that_are_no_closed_set_have_no_labels():
@@ -208,6 +216,8 @@ def test_answers_that_are_no_closed_set_have_no_labels():
     assert Conventions.of(free).labels == {}
     long = [Example(f"u{i}", "x" * 80) for i in range(4)]
     assert Conventions.of(long).labels == {}
+    counts = [Example(f"u{i}", str(i % 4)) for i in range(12)]  # a count: any number may be right
+    assert Conventions.of(counts).labels == {} and Conventions.of(counts).answer("17") == "17"
     french = Conventions.of([Example(f"u{i}", ["réservation", "météo"][i % 2]) for i in range(6)])
     assert french.answer("Meteo.") == "météo" and french.category("Météo") == "Météo"
 

@@ -8,7 +8,9 @@ A writer (Claude most of all) now and then:
   refused), and where all are written on one line with the same spacing it is written that way
   too (an exact scorer compares text);
 - spells a label another way ("Réservation.", "reservation" for "réservation"): where the user's
-  answers are a small closed set of labels, an answer that folds to one takes its spelling.
+  answers are a small closed set of labels, an answer that folds to one takes its spelling, and
+  one that folds to none ("Feature" where the labels are feat, fix, ...) is refused: gold never
+  accepts it, and a model trained on it learns a label the task does not have.
 Trained on as written, the model would learn the writer's habits instead of the project's form.
 """
 
@@ -29,6 +31,7 @@ UNWRAPPED = "answer unwrapped to its JSON"  # mends, as reported in `mended`
 RESPACED = "answer spaced like the project's JSON"
 RESPELT = "category respelt"
 RELABELLED = "answer respelt as the project's label"
+OFF_LABEL = "answer is none of the project's labels"  # a drop reason, where the answers are a closed set
 
 MAX_LABELS = 50  # distinct answers a closed label set has at most
 MAX_LABEL_CHARS = 64
@@ -38,6 +41,7 @@ _SEPARATORS_OF: dict[str, tuple[str, str]] = {"spaced": (", ", ": "), "compact":
 
 _FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n(.*?)\n?```", re.DOTALL)
 _SEPARATORS = re.compile(r"[\s_-]+")
+_NUMBER = re.compile(r"[-+]?\d[\d,]*(\.\d+)?")
 _EDGE_PUNCTUATION = " \t\n.,;:!?\"'`*\u00ab\u00bb\u201c\u201d\u2018\u2019"  # and typographic quotes
 
 
@@ -99,13 +103,15 @@ def spacing_of(answers: list[str]) -> JsonSpacing | None:
 
 def labels_of(answers: list[str]) -> dict[str, str]:
     """The answers as a closed set of labels (folded -> spelling), or {} when they are not one:
-    short one-line answers, at most MAX_LABELS distinct, each used twice on average."""
+    short one-line answers, at most MAX_LABELS distinct, each used twice on average, not all
+    numbers (a count or a sum answers with numbers the examples need not all show)."""
     distinct = list(dict.fromkeys(a.strip() for a in answers))
     if (
         not distinct
         or len(distinct) > MAX_LABELS
         or 2 * len(distinct) > len(answers)
         or any(len(a) > MAX_LABEL_CHARS or "\n" in a for a in distinct)
+        or all(_NUMBER.fullmatch(a) for a in distinct)
     ):
         return {}
     labels: dict[str, str] = {}
@@ -147,7 +153,7 @@ class Conventions:
 
     def answer(self, text: str) -> str | None:
         """`text` in the form of the project's answers; None when the project's answers are JSON
-        and `text` holds none."""
+        and `text` holds none, or a closed set of labels and `text` is none of them."""
         example = Example("", text)
         return None if self.mend(example, Counter()) else example.assistant.strip()
 
@@ -169,7 +175,11 @@ class Conventions:
                 inner = spaced(inner, self.json_spacing)
                 mended[RESPACED] += 1
             example.assistant = inner
-        elif (label := self.labels.get(fold_label(text))) is not None and label != text:
-            example.assistant = label
-            mended[RELABELLED] += 1
+        elif self.labels:
+            label = self.labels.get(fold_label(text))
+            if label is None:
+                return OFF_LABEL
+            if label != text:
+                example.assistant = label
+                mended[RELABELLED] += 1
         return None

@@ -111,6 +111,10 @@ def _form_finding(i: int, answer: str, conventions: Conventions) -> Finding | No
     fixed = conventions.answer(answer)
     if fixed == answer.strip():
         return None
+    if not conventions.json_answers and fixed is None:
+        labels = ", ".join(sorted(conventions.labels.values()))
+        issue = f"the answer is none of gold's and the seed's labels ({labels})"
+        return Finding(i, "error", issue, check="form")
     if not conventions.json_answers:
         issue = f"the answer is spelt unlike the label {fixed!r} of gold and the seed (--fix respells it)"
         return Finding(i, "warning", issue, suggested_fix=fixed, check="form")
@@ -203,9 +207,11 @@ def _fixed_example(
     else:
         return None, "suggested_fix is neither an answer string nor an object {user, assistant}"
     user, answer = user.strip(), answer.strip()
-    answer = conventions.answer(answer) or answer  # a fix written in a code fence, or spaced otherwise
     if not user or not answer:
         return None, "the fix leaves an empty turn"
+    if conventions.labels and conventions.answer(answer) is None:
+        return None, "the fixed answer is none of gold's and the seed's labels"
+    answer = conventions.answer(answer) or answer  # a fix written in a code fence, or spaced otherwise
     if not parses(scorer, answer):
         return None, f"the fixed answer fails the scorer's parse (eval.scorer={scorer_name})"
     if normalize_text(user) in gold_keys:
