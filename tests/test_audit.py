@@ -257,7 +257,10 @@ def test_labels_spelt_unlike_gold_and_the_seed_are_found_and_respelt(bare_projec
         (5, "form", "error", None),
     }
     off_label = [f["issue"] for f in data["findings"] if f["severity"] == "error"]
-    assert off_label == ["the answer is none of gold's and the seed's labels (négative, positive)"] * 2
+    assert off_label == [
+        f"the answer {answer!r} is none of gold's and the seed's labels (négative, positive)"
+        for answer in ("mixed feelings", "so-so")
+    ]
     assert data["fixed"] == [0, 1]
     after = [e.assistant for e in read_examples(canonical)]
     assert after == ["positive", "négative", "positive", "mixed feelings", "positive \n", "so-so\n"]

@@ -113,7 +113,7 @@ def _form_finding(i: int, answer: str, conventions: Conventions) -> Finding | No
         return None
     if not conventions.json_answers and fixed is None:
         labels = ", ".join(sorted(conventions.labels.values()))
-        issue = f"the answer is none of gold's and the seed's labels ({labels})"
+        issue = f"the answer {answer.strip()!r} is none of gold's and the seed's labels ({labels})"
         return Finding(i, "error", issue, check="form")
     if not conventions.json_answers:
         issue = f"the answer is spelt unlike the label {fixed!r} of gold and the seed (--fix respells it)"
