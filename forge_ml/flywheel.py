@@ -271,7 +271,9 @@ class Flywheel:
     def _augment(self, cfg: ForgeConfig, state: RoundState, run: TrackedRun) -> None:
         claude = make_client(cfg.planner) if self.planner.backend == "claude" else None
         failures = read_failures(self.project.output / FAILURES_FILE)
-        result = augment_data(cfg, self.project, state.plan, state.round, failures=failures, claude=claude)
+        result = augment_data(
+            cfg, self.project, state.plan, state.round, failures=failures, claude=claude, run_id=run.run_id
+        )
         failpoint("flywheel.augment")
         data = load_project_data(self.project, cfg.task)
         run.log_metrics(result.metrics() | result.usage.metrics(cfg.planner, prefix="augment"))
@@ -287,11 +289,8 @@ class Flywheel:
         state.augment = AugmentSummary(result.added, result.size, result.dataset_hash, result.writer)
         state.stage = "augmented"
         save_state(self.project, state)
-        console.print(f"  data: +{result.added} examples ({result.writer}), {result.size} in canonical")
-        for kind, counts in (("dropped", result.dropped), ("mended", result.mended)):
-            if counts:
-                told = ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items()))
-                console.print(f"        {kind}: {told}", highlight=False)
+        for line in result.report():
+            console.print(line, highlight=False)
 
     def _tune(self, cfg: ForgeConfig, state: RoundState, run: TrackedRun) -> None:
         history = read_history(cfg, self.tracker.client, self.tracker.experiment_id, self.project.output)

@@ -366,6 +366,60 @@ def test_written_examples_are_validated_deduplicated_and_never_gold(fake, cfg, e
     assert again.resumed and len(read_examples(root / "dataset" / "canonical.jsonl")) == len(after)
 
 
+def test_a_round_finds_what_it_wrote_by_its_run_not_by_its_number(fake, cfg, example_project):
+    """canonical copied from another project (or kept over a fresh start) holds `augment` examples
+    of a round 1: this project's round 1 still writes its own, and only a resume of the same round
+    run finds them already written."""
+    root: Path = example_project.root
+    path = root / "dataset" / "canonical.jsonl"
+    earlier = {"source": "augment", "round": 1, "focus": "hover"}
+    foreign = [
+        {
+            "messages": [
+                {"role": "user", "content": f"hover by the old gate for {n} s"},
+                {"role": "assistant", "content": json.dumps({"cmd": "hover", "args": {"seconds": n}})},
+            ],
+            "meta": {**earlier, "category": "hover"} | ({"run": "0" * 32} if n % 2 else {}),
+        }
+        for n in range(10, 16)
+    ]
+    write_jsonl(path, [e.to_record() for e in read_examples(path)] + foreign)
+    before = len(read_examples(path))
+    fake.on_tool(
+        "write_examples",
+        lambda body: {
+            "examples": [
+                {
+                    "user": f"float above pad {n} for a bit",
+                    "assistant": json.dumps({"cmd": "hover"}),
+                    "category": "hover",
+                }
+                for n in range(4)
+            ]
+        },
+    )
+    plan = ExperimentPlan(
+        hypothesis="h", search_space={}, num_samples=2, augment_focus=["hover"], augment_n=4
+    )
+    from forge_ml.llm import make_client
+
+    run_id = "ab" * 16
+    first = augment_data(
+        cfg, example_project, plan, 1, failures=[], claude=make_client(cfg.planner), run_id=run_id
+    )
+    assert not first.resumed and first.added == 4 and first.writer == "claude"
+    after = read_examples(path)
+    assert len(after) == before + 4 and all(
+        e.meta["run"] == run_id and e.meta["round"] == 1 for e in after[-4:]
+    )
+    again = augment_data(
+        cfg, example_project, plan, 1, failures=[], claude=make_client(cfg.planner), run_id=run_id
+    )
+    assert again.resumed and again.added == 4 and len(read_examples(path)) == len(after)
+    assert again.report()[0] == f"  data: +4 examples (written before the resume), {len(after)} in canonical"
+    assert fake.count("/v1/messages") == 1
+
+
 def test_written_examples_are_brought_into_the_projects_form(fake, cfg, example_project):
     """Claude's rows as a real one writes them now and then: JSON in a code fence or after a
     sentence, categories in another case or with spaces, more rows than asked for."""

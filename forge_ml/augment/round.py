@@ -49,6 +49,16 @@ class AugmentResult:
     resumed: bool = False
     usage: Usage = field(default_factory=Usage)
 
+    def report(self) -> list[str]:
+        """What the round prints: examples added, by whom, and what was dropped and mended."""
+        made = "written before the resume" if self.resumed else self.writer
+        lines = [f"  data: +{self.added} examples ({made}), {self.size} in canonical"]
+        for kind, counts in (("dropped", self.dropped), ("mended", self.mended)):
+            if counts:
+                told = ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items()))
+                lines.append(f"        {kind}: {told}")
+        return lines
+
     def metrics(self) -> dict[str, float]:
         data = {"data/added": float(self.added), "data/canonical_size": float(self.size)}
         for kind, counts in (("dropped", self.dropped), ("mended", self.mended)):
@@ -74,12 +84,23 @@ def augment_data(
     *,
     failures: list[dict[str, Any]],
     claude: Any = None,
+    run_id: str | None = None,
 ) -> AugmentResult:
-    """Add up to `plan.augment_n` admitted examples to canonical; `claude` is a client or None (offline)."""
+    """Add up to `plan.augment_n` admitted examples to canonical; `claude` is a client or None (offline).
+
+    Each example's meta names the round and, given `run_id` (the round's MLflow run), the run: a
+    round resumed after a kill finds what it wrote by its run, not by its number, which examples
+    of another project's or an earlier start's round of that number also carry.
+    """
     canonical_path = project.resolve(cfg.task.canonical_path)
     existing = read_examples(canonical_path, required=False)
     result = AugmentResult(added=0, requested=plan.augment_n, writer="none")
-    already = [e for e in existing if e.meta.get("round") == round_number and e.meta.get("source") == SOURCE]
+    already = [
+        e
+        for e in existing
+        if e.meta.get("source") == SOURCE
+        and (e.meta.get("run") == run_id if run_id else e.meta.get("round") == round_number)
+    ]
     if already or plan.augment_n <= 0:
         result.added, result.resumed = len(already), bool(already)
         return _summary(existing, result)
@@ -93,7 +114,9 @@ def augment_data(
         [*gold_examples, *seed_examples], categories=[e.category for e in existing if e.category]
     )
     focus = list(dict.fromkeys(conventions.category(name) for name in plan.augment_focus))
-    meta = {"source": SOURCE, "round": round_number, "focus": ",".join(focus)}
+    meta = {"source": SOURCE, "round": round_number, "focus": ",".join(focus)} | (
+        {"run": run_id} if run_id else {}
+    )
     total = Admission()
     if claude is not None:
         from forge_ml.augment.claude import write_examples
