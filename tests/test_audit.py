@@ -234,20 +234,30 @@ def test_a_new_projects_audit_reviews_its_seed_and_writes_nothing(bare_project):
     assert "no examples to audit" in data["error"]["message"] and "seed" in data["error"]["message"]
 
 
-def test_labels_spelt_unlike_gold_and_the_seed_are_found_and_respelt(bare_project):
+def _rows(prefix: str, labels: list[str]) -> list[dict]:
+    return [{"prompt": f"{prefix} {i}", "completion": label} for i, label in enumerate(labels)]
+
+
+@pytest.fixture
+def label_project(bare_project):
+    """A classification project: gold's and the seed's answers are the labels positive and négative."""
+    write_jsonl(
+        bare_project.root / "dataset" / "gold.jsonl", _rows("gold review", ["positive", "négative"] * 2)
+    )
+    write_jsonl(
+        bare_project.root / "dataset" / "seed.jsonl", _rows("seed review", ["négative", "positive"] * 2)
+    )
+    return bare_project
+
+
+def test_labels_spelt_unlike_gold_and_the_seed_are_found_and_respelt(label_project):
     """A classification project (its answers a closed set of labels): canonical answers that fold to
     a label ("Positive.", "negative" for "négative") are respelt by --fix; an answer that folds to
     none ("mixed feelings") is an error gold never accepts, which --fix cannot mend and leaves."""
-    root = bare_project.root
-
-    def rows(prefix: str, labels: list[str]) -> list[dict]:
-        return [{"prompt": f"{prefix} {i}", "completion": label} for i, label in enumerate(labels)]
-
-    write_jsonl(root / "dataset" / "gold.jsonl", rows("gold review", ["positive", "négative"] * 2))
-    write_jsonl(root / "dataset" / "seed.jsonl", rows("seed review", ["négative", "positive"] * 2))
+    root = label_project.root
     canonical = root / "dataset" / "canonical.jsonl"
     written = ["Positive.", "negative", "positive", "mixed feelings", "positive \n", "so-so\n"]
-    write_jsonl(canonical, rows("review", written))
+    write_jsonl(canonical, _rows("review", written))
     result, data = cli(root, "audit", "--fix", "planner=offline")
     assert result.returncode == 0, result.stderr[-3000:]
     assert {(f["index"], f["check"], f["severity"], f["suggested_fix"]) for f in data["findings"]} == {
@@ -266,18 +276,12 @@ def test_labels_spelt_unlike_gold_and_the_seed_are_found_and_respelt(bare_projec
     assert after == ["positive", "négative", "positive", "mixed feelings", "positive \n", "so-so\n"]
 
 
-def test_a_reviewers_fix_to_an_answer_outside_the_labels_is_refused(bare_project):
+def test_a_reviewers_fix_to_an_answer_outside_the_labels_is_refused(label_project):
     """Claude may suggest a label the task does not have ("mixed" where gold knows positive and
     négative): gold would never accept it, so --fix refuses it; a fix to a label is applied."""
-    root = bare_project.root
-
-    def rows(prefix: str, labels: list[str]) -> list[dict]:
-        return [{"prompt": f"{prefix} {i}", "completion": label} for i, label in enumerate(labels)]
-
-    write_jsonl(root / "dataset" / "gold.jsonl", rows("gold review", ["positive", "négative"] * 2))
-    write_jsonl(root / "dataset" / "seed.jsonl", rows("seed review", ["négative", "positive"] * 2))
+    root = label_project.root
     canonical = root / "dataset" / "canonical.jsonl"
-    write_jsonl(canonical, rows("review", ["positive", "positive", "négative"]))
+    write_jsonl(canonical, _rows("review", ["positive", "positive", "négative"]))
     fixes = {0: "Négative.", 1: "mixed"}
 
     def review(body: dict) -> dict:
