@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import multiprocessing
 import socket
 import time
@@ -147,6 +148,7 @@ def test_one_overload_or_server_error_is_retried_with_backoff_then_claude_plans(
 
 
 def test_500_every_time_falls_back_after_the_configured_retries(fake, project, proof, caplog):
+    caplog.set_level(logging.INFO, logger="forge_ml.planner")
     fake.on_tool("propose_experiment", lambda body: Reply(status=500))
     cfg, planner, outcome, _ = plan_round(project, "planner.max_retries=2", "planner.timeout_s=5")
     requests = fake.count("/v1/messages")

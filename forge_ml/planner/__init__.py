@@ -90,5 +90,5 @@ class RoundPlanner:
             offline = self._offline(cfg, history, round_number, remaining_s)  # Claude writes no data either
         except ClaudeRequestFailed as exc:
             reason = f"request failed: {exc}"
-        log.warning("planner: falling back to the offline plan (%s)", reason)
+        log.info("planner: falling back to the offline plan (%s)", reason)  # the round prints why
         return PlanOutcome(offline, "offline", True, reason, usage)
