@@ -383,7 +383,8 @@ def test_a_round_finds_what_it_wrote_by_its_run_not_by_its_number(fake, cfg, exa
         }
         for n in range(10, 16)
     ]
-    write_jsonl(path, [e.to_record() for e in read_examples(path)] + foreign)
+    seed = read_examples(root / "dataset" / "seed.jsonl")  # merged as a flywheel run merges it, last
+    write_jsonl(path, foreign + [e.to_record() for e in read_examples(path) + seed])
     before = len(read_examples(path))
     fake.on_tool(
         "write_examples",
@@ -418,6 +419,16 @@ def test_a_round_finds_what_it_wrote_by_its_run_not_by_its_number(fake, cfg, exa
     assert again.resumed and again.added == 4 and len(read_examples(path)) == len(after)
     assert again.report()[0] == f"  data: +4 examples (written before the resume), {len(after)} in canonical"
     assert fake.count("/v1/messages") == 1
+    shown = json.loads(
+        _user_text(fake.requests[0]).split('<data name="examples">', 1)[1].split("</data>", 1)[0]
+    )
+    assert len(shown) == 8 and {e["user"] for e in shown} <= {
+        e.user for e in seed
+    }  # the user's own, not written
+    hover = [e.user for e in seed if e.category == "hover"]
+    assert [e["user"] for e in shown[: len(hover)]] == hover  # the focus first
+    others = [e["category"] for e in shown[len(hover) :]]
+    assert len(set(others)) == len(others) and "hover" not in others  # then one of each other category
 
 
 def test_written_examples_are_brought_into_the_projects_form(fake, cfg, example_project):

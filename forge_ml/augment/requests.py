@@ -35,7 +35,6 @@ from forge_ml.llm import (
 
 log = logging.getLogger(__name__)
 CHARS_PER_TOKEN = 4  # for estimates only: English text and JSON run at about 4 characters a token
-SAMPLES_SHOWN = 8
 DEFAULT_EXAMPLE_TOKENS = 60  # an example's estimated size when the project has none to measure
 CALL_OVERHEAD_TOKENS = 40  # the tool_use wrapper around the examples of one answer
 
@@ -73,11 +72,6 @@ def system_blocks(notes: str, system_prompt: str) -> list[dict[str, Any]]:
     """The cached system prompt of `write_examples`: instructions, the model's system prompt, the
     project's notes (`project_notes`: mission.md and BACKGROUND.md)."""
     return _request(notes, system_prompt)
-
-
-def spread(examples: list[Example], k: int = SAMPLES_SHOWN) -> list[Example]:
-    """Up to `k` examples taken evenly through the list, so categories stay mixed."""
-    return examples[:: max(1, len(examples) // k)][:k]
 
 
 def _what(size: int, focus: list[str], description: str | None) -> str:

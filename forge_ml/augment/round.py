@@ -19,6 +19,7 @@ from typing import Any
 
 from forge_ml.augment.conventions import Conventions
 from forge_ml.augment.offline import GENERATOR_FILE, generate_offline, load_generator
+from forge_ml.augment.reference import reference_rows
 from forge_ml.augment.validate import Admission, admit, refuse_garbage
 from forge_ml.config import ForgeConfig
 from forge_ml.data.examples import dataset_hash, read_examples
@@ -133,7 +134,12 @@ def augment_data(
                     focus=focus,
                     notes=notes,
                     system_prompt=read_system_prompt(project, cfg.task),
-                    samples=existing[:: max(1, len(existing) // 8)][:8],
+                    samples=[
+                        existing[i]
+                        for i in reference_rows(
+                            [e.category for e in existing], [e.meta.get("source") for e in existing], focus
+                        )
+                    ],
                     failures=failures,
                     usage=result.usage,
                 )

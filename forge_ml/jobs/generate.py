@@ -28,8 +28,8 @@ from forge_ml.augment.categories import known_categories, match_categories
 from forge_ml.augment.conventions import Conventions
 from forge_ml.augment.offline import GENERATOR_FILE, generate_offline, load_generator
 from forge_ml.augment.provenance import count_metrics, log_data_version
+from forge_ml.augment.reference import reference_rows
 from forge_ml.augment.requests import (
-    SAMPLES_SHOWN,
     Brief,
     Written,
     build_requests,
@@ -81,11 +81,12 @@ class _Inputs:
     conventions: Conventions = field(default_factory=Conventions)  # the form added examples are brought into
 
 
-def spread_rows(canonical: ExampleTable, seed: list[Example], k: int = SAMPLES_SHOWN) -> list[Example]:
-    """Up to `k` examples taken evenly through canonical then seed, so categories stay mixed (only
-    those rows are read from the table)."""
-    total = len(canonical) + len(seed)
-    picks = list(range(0, total, max(1, total // k)))[:k]
+def reference_examples(canonical: ExampleTable, seed: list[Example], focus: list[str]) -> list[Example]:
+    """The examples shown to a writer for the format (`reference_rows` over canonical then the seed;
+    only the rows picked are read from the table)."""
+    categories = canonical.column("category").to_pylist() + [e.category for e in seed]
+    sources = canonical.column("source").to_pylist() + ["seed"] * len(seed)
+    picks = reference_rows(categories, sources, focus)
     rows = [i for i in picks if i < len(canonical)]
     return canonical.examples(rows) + [seed[i - len(canonical)] for i in picks if i >= len(canonical)]
 
@@ -163,7 +164,7 @@ def prepare(cfg: ForgeConfig, project: Project, job: DataJob) -> _Inputs:
         canonical=canonical,
         known=known,
         gold={e.key for e in gold},
-        samples=spread_rows(canonical, seed),
+        samples=[],
         focus=[],
         failures=failures,
         generate=generate,
@@ -173,6 +174,7 @@ def prepare(cfg: ForgeConfig, project: Project, job: DataJob) -> _Inputs:
     in_canonical = [c for c in canonical.column("category").unique().to_pylist() if c]
     inputs.conventions = Conventions.of([*gold, *seed], categories=in_canonical)
     inputs.focus = _focus(job, inputs, sorted(set(known_categories(gold, seed)) | set(in_canonical)), claude)
+    inputs.samples = reference_examples(canonical, seed, inputs.focus)
     return inputs
 
 
