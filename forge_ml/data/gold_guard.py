@@ -36,7 +36,9 @@ class GoldGuard:
     """The word sequences of the gold set that a writer's prompt must not contain."""
 
     whole: frozenset[tuple[str, ...]]  # gold texts of WHOLE_MIN_WORDS..RUN_WORDS-1 words
-    runs: frozenset[tuple[str, ...]]  # every RUN_WORDS-word run of the longer ones
+    # the hash of every RUN_WORDS-word run of the longer ones: long answers make many runs, and a
+    # hash takes a fraction of a tuple's memory (a guard is used in the process that built it)
+    runs: frozenset[int]
 
     @classmethod
     def of(cls, gold: Iterable[Example], seed: Iterable[Example] = ()) -> GoldGuard:
@@ -49,7 +51,10 @@ class GoldGuard:
                 texts.append(answer)
         whole = {t for t in texts if WHOLE_MIN_WORDS <= len(t) < RUN_WORDS}
         runs = {
-            t[i : i + RUN_WORDS] for t in texts if len(t) >= RUN_WORDS for i in range(len(t) - RUN_WORDS + 1)
+            hash(t[i : i + RUN_WORDS])
+            for t in texts
+            if len(t) >= RUN_WORDS
+            for i in range(len(t) - RUN_WORDS + 1)
         }
         return cls(frozenset(whole), frozenset(runs))
 
@@ -64,7 +69,7 @@ class GoldGuard:
         for start in range(len(words)):
             for length in lengths:
                 piece = tuple(words[start : start + length])
-                if len(piece) == length and (piece in self.whole or piece in self.runs):
+                if len(piece) == length and (piece in self.whole or hash(piece) in self.runs):
                     spans.append((start, start + length))
         if not spans:
             return text, 0
