@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from conftest import run_cli
@@ -75,3 +76,24 @@ def record(user: str, assistant: str, category: str = "x") -> dict:
 
 def answer(cmd: str, **args) -> str:
     return json.dumps({"cmd": cmd, "args": args})
+
+
+def judge_handler(seen: list[list[int]], drop_once: set[int]):
+    """Score index i 1.0 when i % 3 == 0, else 0.0; leave out an index of `drop_once` the first time."""
+
+    def handle(request: dict) -> dict:
+        text = request["messages"][0]["content"]
+        body = re.search(r'<data name="answers">\n(.*)\n</data>', text, re.S)[1]
+        indices = [item["index"] for item in json.loads(body)]
+        seen.append(indices)
+        dropped = drop_once & set(indices)
+        drop_once.difference_update(dropped)
+        return {
+            "scores": [
+                {"index": i, "score": 1.0 if i % 3 == 0 else 0.0, "reason": f"reason {i}"}
+                for i in indices
+                if i not in dropped
+            ]
+        }
+
+    return handle

@@ -15,12 +15,12 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from command_checks import judge_handler
 from conftest import FAST, run_cli, shrink_jsonl
 from fake_anthropic import FakeAnthropic
 
 from forge_ml.config.registry import RegistryConfig
 from forge_ml.errors import InputError
-from forge_ml.evaluation.judge import parse_scores
 from forge_ml.gate import GoldOutcome, _fig
 from forge_ml.jobs.evaluate import parse_registry_uri, split_model_argument
 from forge_ml.registry import CHAMPION, Registry
@@ -199,60 +199,6 @@ def test_model_argument_is_a_registry_uri_or_a_path_never_a_model_group_option()
             parse_registry_uri(bad)
 
 
-def test_judge_replies_are_checked_item_by_item():
-    good = {
-        "scores": [{"index": 4, "score": 1, "reason": "ok"}, {"index": 3, "score": 0.5, "reason": "half"}]
-    }
-    assert [(j.index, j.score) for j in parse_scores(good, [3, 4])] == [(3, 0.5), (4, 1.0)]
-    cases = {
-        "no list 'scores'": {"score": []},
-        "unexpected or repeated index 3": {"scores": [good["scores"][1], good["scores"][1]]},
-        "unexpected or repeated index 9": {"scores": [{"index": 9, "score": 1, "reason": ""}]},
-        "score 1.5 is not a number in [0, 1]": {"scores": [{"index": 3, "score": 1.5, "reason": ""}]},
-        "score True is not a number": {"scores": [{"index": 3, "score": True, "reason": ""}]},
-        "no score for index 4": {"scores": [good["scores"][1]]},
-    }
-    for message, answer in cases.items():
-        with pytest.raises(ValueError, match=re.escape(message)):
-            parse_scores(answer, [3, 4])
-
-
-def test_the_judge_gives_up_after_a_second_invalid_reply_and_stops_on_a_bad_key():
-    """No model needed: a hand-made gold report, judged through the real SDK against the fake API."""
-    import anthropic
-    from fake_anthropic import error_reply
-
-    from forge_ml.config import EvalConfig, PlannerConfig
-    from forge_ml.data.examples import Example
-    from forge_ml.errors import ConfigError, RuntimeFault
-    from forge_ml.evaluation.judge import judge_answers
-    from forge_ml.evaluation.report import score_outputs
-    from forge_ml.evaluation.scorers import exact
-
-    gold = [Example(f"q{i}", "yes", {"category": "c"}) for i in range(5)]
-    cfg = EvalConfig(forbidden_outputs=["rm -rf"])
-    report = score_outputs(gold, ["yes", "no", "rm -rf /", "yes", "maybe"], exact, cfg)
-    planner = PlannerConfig(max_retries=0)
-    with FakeAnthropic() as fake:
-        client = anthropic.Anthropic(api_key=API_KEY, base_url=fake.base_url, max_retries=0)
-        seen: list[list[int]] = []
-        fake.on_tool("judge_answers", judge_handler(seen, drop_once=set()))
-        judged = judge_answers(
-            client, planner, gold, report, system_prompt="p", eval_cfg=cfg, items_per_request=2
-        )
-        assert sorted(seen) == [[0, 1], [3, 4]]  # the forbidden answer is never sent: it scores 0
-        assert [j.index for j in judged.judgements] == [0, 1, 3, 4]
-        assert [it.score for it in judged.report.items] == [1.0, 0.0, 0.0, 1.0, 0.0]
-        assert judged.report.forbidden_count == 1 and judged.report.accuracy == pytest.approx(0.4)
-
-        fake.on_tool("judge_answers", lambda request: {"scores": []})
-        with pytest.raises(RuntimeFault, match=r"2 request\(s\) failed twice .*no score for index 0, 1"):
-            judge_answers(client, planner, gold, report, system_prompt="p", eval_cfg=cfg, items_per_request=2)
-        fake.script(error_reply(401, "authentication_error", "invalid x-api-key"))
-        with pytest.raises(ConfigError, match=r"Claude is unavailable .*invalid x-api-key"):
-            judge_answers(client, planner, gold, report, system_prompt="p", eval_cfg=cfg)
-
-
 # ---- eval -------------------------------------------------------------------------------------
 
 
@@ -322,27 +268,6 @@ def test_eval_of_an_unknown_target_exits_1_naming_it(trained, target, fragment):
     assert len(runs_of(t, "eval")) == evals
 
 
-def judge_handler(seen: list[list[int]], drop_once: set[int]):
-    """Score index i 1.0 when i % 3 == 0, else 0.0; leave out an index of `drop_once` the first time."""
-
-    def handle(request: dict) -> dict:
-        text = request["messages"][0]["content"]
-        body = re.search(r'<data name="answers">\n(.*)\n</data>', text, re.S)[1]
-        indices = [item["index"] for item in json.loads(body)]
-        seen.append(indices)
-        dropped = drop_once & set(indices)
-        drop_once.difference_update(dropped)
-        return {
-            "scores": [
-                {"index": i, "score": 1.0 if i % 3 == 0 else 0.0, "reason": f"reason {i}"}
-                for i in indices
-                if i not in dropped
-            ]
-        }
-
-    return handle
-
-
 def expected_judge(t: Trained) -> tuple[float, dict[str, float]]:
     scores = [1.0 if i % 3 == 0 else 0.0 for i in range(len(t.gold))]
     by_cat: dict[str, list[float]] = {}
@@ -362,9 +287,9 @@ def test_eval_with_claude_as_judge_direct_and_batched(trained):
         args = ("eval", f"model=models:/{NAME}/2", "--judge", "claude", "--judge-items", "10", *FAST)
         data, result = cli(t, *args, env={**env, "ANTHROPIC_BASE_URL": fake.base_url})
         assert result.returncode == 0, result.stderr[-3000:]
-        # 27 answers in requests of 10: 3 requests, and the one that left out index 13 sent again
+        # 27 answers in requests of 10: 3 requests, then index 13, which one left out, asked for alone
         assert sorted(map(tuple, seen)) == sorted(
-            [tuple(range(0, 10)), *[tuple(range(10, 20))] * 2, tuple(range(20, 27))]
+            [tuple(range(0, 10)), tuple(range(10, 20)), (13,), tuple(range(20, 27))]
         )
         assert fake.count("/v1/messages") == 4 and fake.count("/v1/messages/batches") == 0
         bodies = [r.body for r in fake.requests]

@@ -3,7 +3,9 @@
 One forced tool, `judge_answers`, returns `{scores: [{index, score 0..1, reason}]}` for a request of
 `items_per_request` answers (each quoted as data, with its gold index). Requests go in parallel
 through the Messages API, or all at once as a Message Batch (`batch=True`, half the price). A
-request that fails or answers invalidly is sent once more on its own; then the judge gives up.
+reply's valid scores are kept; the answers a request left unscored (it failed, or its reply left
+them out, scored them twice or out of range) are asked for once more, in requests of their own;
+what is still unscored then ends the judging.
 Answers that matched a forbidden-output pattern are not sent: they score 0, as in every eval.
 """
 
@@ -86,7 +88,7 @@ class JudgeResult:
     usage: Usage
     planner: PlannerConfig = field(repr=False)  # its model and prices
     batch_id: str | None = None  # set when judged through a Message Batch
-    retried: int = 0  # requests sent a second time
+    retried: int = 0  # requests for the answers the first requests left unscored
 
     @property
     def cost_usd(self) -> float:
@@ -130,23 +132,47 @@ def _messages(chunk: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"role": "user", "content": text}]
 
 
-def parse_scores(answer: Any, indices: list[int]) -> list[Judgement]:
-    """Return the judgements of one reply, one per index; ValueError naming what is wrong."""
+def _score(value: Any) -> float | None:
+    """A score as a number (a numeric string too: `"0.5"`), or None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def parse_scores(answer: Any, indices: list[int]) -> tuple[dict[int, Judgement], list[str]]:
+    """The valid judgements of one reply by index, and what is wrong with the rest (none when
+    every index has its one score). An index scored twice counts as unscored."""
     rows = answer.get("scores") if isinstance(answer, dict) else None
     if not isinstance(rows, list):
-        raise ValueError("the reply has no list 'scores'")
+        return {}, ["the reply has no list 'scores'"]
+    wanted = set(indices)
     found: dict[int, Judgement] = {}
+    named: set[int] = set()
+    problems: list[str] = []
     for row in rows:
-        index, score = (row.get("index"), row.get("score")) if isinstance(row, dict) else (None, None)
-        if not isinstance(index, int) or index not in indices or index in found:
-            raise ValueError(f"unexpected or repeated index {index!r}")
-        if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0.0 <= score <= 1.0:
-            raise ValueError(f"index {index}: score {score!r} is not a number in [0, 1]")
-        found[index] = Judgement(index, float(score), str(row.get("reason", "")))
+        index, raw = (row.get("index"), row.get("score")) if isinstance(row, dict) else (None, None)
+        if isinstance(index, bool) or not isinstance(index, int) or index not in wanted:
+            problems.append(f"unexpected index {index!r}")
+            continue
+        if index in named:
+            found.pop(index, None)
+            problems.append(f"index {index} scored twice")
+            continue
+        named.add(index)
+        score = _score(raw)
+        if score is None or not 0.0 <= score <= 1.0:
+            problems.append(f"index {index}: score {raw!r} is not a number in [0, 1]")
+            continue
+        found[index] = Judgement(index, score, str(row.get("reason", "")))
     missing = [i for i in indices if i not in found]
     if missing:
-        raise ValueError(f"no score for index {', '.join(map(str, missing))}")
-    return [found[i] for i in indices]
+        problems.append(f"no score for index {', '.join(map(str, missing))}")
+    return found, problems
 
 
 def judge_answers(
@@ -171,7 +197,7 @@ def judge_answers(
         for i, it in enumerate(report.items)
         if it.forbidden is None
     ]
-    chunks = [items[start : start + items_per_request] for start in range(0, len(items), items_per_request)]
+    chunks = _chunks(items, items_per_request)
     system = _system(system_prompt)
     usage = Usage()
     batch_id = None
@@ -179,31 +205,39 @@ def judge_answers(
         if batch and chunks:
             batch_id, judged, failed = _judge_batch(client, planner, system, chunks, usage, max_wait_s)
         else:
-            judged, failed = _judge_direct(client, planner, system, chunks, list(range(len(chunks))), usage)
-        retried = len(failed)
-        if failed:  # one more try each, on its own
-            again, failed = _judge_direct(client, planner, system, chunks, sorted(failed), usage)
-            judged |= again
+            judged, failed = _judge_direct(client, planner, system, chunks, usage)
+        left = [item for item in items if item["index"] not in judged]
+        again = _chunks(left, items_per_request)  # what is unscored, asked for once more
+        if again:
+            more, failed = _judge_direct(client, planner, system, again, usage)
+            judged |= more
     except ClaudeUnavailable as exc:
         raise ConfigError(f"--judge claude: Claude is unavailable ({exc})") from exc
     except ClaudeRequestFailed as exc:  # the batch itself: create, poll or results
         raise RuntimeFault(f"--judge claude: {exc}") from exc
-    if failed:
-        k, why = next(iter(failed.items()))
+    unscored = [item["index"] for item in items if item["index"] not in judged]
+    if unscored:
+        why = next(iter(failed.values()), "")
         raise RuntimeFault(
-            f"--judge claude: {len(failed)} request(s) failed twice (request {k + 1}: {why})"
+            f"--judge claude: {len(unscored)} answer(s) still unscored after a second request ({why})"
             + (f"; batch {batch_id}" if batch_id else "")
         )
-    judgements = sorted((j for group in judged.values() for j in group), key=lambda j: j.index)
+    judgements = sorted(judged.values(), key=lambda j: j.index)
     by_index = {j.index: j.score for j in judgements}
     scores = iter(by_index[i] for i, it in enumerate(report.items) if it.forbidden is None)
     outputs, ended = [it.actual for it in report.items], [it.ended for it in report.items]
     rescored = score_outputs(gold, outputs, lambda _e, _a: next(scores), eval_cfg, ended=ended)
-    return JudgeResult(rescored, judgements, usage, planner, batch_id, retried)
+    return JudgeResult(rescored, judgements, usage, planner, batch_id, len(again))
 
 
-def _judgements(call: ToolCall, chunk: list[dict[str, Any]]) -> list[Judgement]:
-    return parse_scores(call.input, [item["index"] for item in chunk])
+def _chunks(items: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
+    return [items[start : start + size] for start in range(0, len(items), size)]
+
+
+def _judgements(call: ToolCall, chunk: list[dict[str, Any]]) -> tuple[dict[int, Judgement], str]:
+    """The valid judgements of a reply, and what is wrong with the rest ("" when nothing)."""
+    found, problems = parse_scores(call.input, [item["index"] for item in chunk])
+    return found, ("invalid judge_answers: " + "; ".join(problems)) if problems else ""
 
 
 def _judge_direct(
@@ -211,35 +245,32 @@ def _judge_direct(
     planner: PlannerConfig,
     system: list[dict[str, Any]],
     chunks: list[list[dict[str, Any]]],
-    which: list[int],
     usage: Usage,
-) -> tuple[dict[int, list[Judgement]], dict[int, str]]:
-    """Send chunks `which` as parallel Messages requests; return (judgements, why each failed one failed)."""
+) -> tuple[dict[int, Judgement], dict[int, str]]:
+    """Send `chunks` as parallel Messages requests; return (the judgements by answer index, why
+    each request that left answers unscored did)."""
 
-    def one(k: int) -> tuple[list[Judgement] | str, Usage]:
-        """The judgements of chunk `k`, or why there are none (ClaudeUnavailable propagates)."""
-        own = Usage()
+    def one(chunk: list[dict[str, Any]]) -> tuple[dict[int, Judgement], str, Usage]:
+        own = Usage()  # ClaudeUnavailable propagates
         try:
             call = call_tool(
-                client, planner, system=system, messages=_messages(chunks[k]), tool=JUDGE_ANSWERS, usage=own
+                client, planner, system=system, messages=_messages(chunk), tool=JUDGE_ANSWERS, usage=own
             )
-            return _judgements(call, chunks[k]), own
         except ClaudeRequestFailed as exc:
-            return str(exc), own
-        except ValueError as exc:
-            return f"invalid judge_answers: {exc}", own
+            return {}, str(exc), own
+        found, why = _judgements(call, chunk)
+        return found, why, own
 
-    judged: dict[int, list[Judgement]] = {}
+    judged: dict[int, Judgement] = {}
     failed: dict[int, str] = {}
     with ThreadPoolExecutor(max_workers=planner.augment_concurrency) as pool:
-        futures = {k: pool.submit(one, k) for k in which}
-        for k, future in futures.items():
-            outcome, own = future.result()
+        futures = [pool.submit(one, chunk) for chunk in chunks]
+        for k, future in enumerate(futures):
+            found, why, own = future.result()
             usage.merge(own)
-            if isinstance(outcome, str):
-                failed[k] = outcome
-            else:
-                judged[k] = outcome
+            judged |= found
+            if why:
+                failed[k] = why
     return judged, failed
 
 
@@ -251,12 +282,13 @@ def _judge_batch(
     usage: Usage,
     max_wait_s: float,
 ) -> tuple[str, dict[int, list[Judgement]], dict[int, str]]:
-    """Send every chunk in one Message Batch; return (batch id, judgements, why each failed one failed)."""
+    """Send every chunk in one Message Batch; return (batch id, the judgements by answer index, why
+    each request that left answers unscored did)."""
     requests = {f"judge-{k:05d}": (system, _messages(chunk)) for k, chunk in enumerate(chunks)}
     batch_id = submit_tool_batch(client, planner, requests, tool=JUDGE_ANSWERS)
     wait_for_batch(client, batch_id, max_wait_s=max_wait_s)
     results = tool_batch_results(client, batch_id, tool=JUDGE_ANSWERS, usage=usage)
-    judged: dict[int, list[Judgement]] = {}
+    judged: dict[int, Judgement] = {}
     failed: dict[int, str] = {}
     for k, chunk in enumerate(chunks):
         custom_id = f"judge-{k:05d}"
@@ -264,8 +296,8 @@ def _judge_batch(
         if call is None:
             failed[k] = results.errors.get(custom_id, "missing from the batch results")
             continue
-        try:
-            judged[k] = _judgements(call, chunk)
-        except ValueError as exc:
-            failed[k] = f"invalid judge_answers: {exc}"
+        found, why = _judgements(call, chunk)
+        judged |= found
+        if why:
+            failed[k] = why
     return batch_id, judged, failed
