@@ -124,6 +124,9 @@ def augment_data(
 
         result.writer = "claude"
         notes = project_notes(project.root, GoldGuard.of(gold_examples, seed_examples))
+        shown = reference_rows(
+            [e.category for e in existing], [e.meta.get("source") for e in existing], focus
+        )
         for attempt in range(ATTEMPTS):  # again for what drops left short, until a call adds nothing
             wanted = plan.augment_n - len(total.kept)
             try:
@@ -134,12 +137,7 @@ def augment_data(
                     focus=focus,
                     notes=notes,
                     system_prompt=read_system_prompt(project, cfg.task),
-                    samples=[
-                        existing[i]
-                        for i in reference_rows(
-                            [e.category for e in existing], [e.meta.get("source") for e in existing], focus
-                        )
-                    ],
+                    samples=[existing[i] for i in shown],
                     failures=failures,
                     usage=result.usage,
                 )

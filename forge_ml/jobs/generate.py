@@ -42,7 +42,8 @@ from forge_ml.augment.validate import Admission, admit, refuse_garbage
 from forge_ml.config import ForgeConfig
 from forge_ml.console import console
 from forge_ml.data.examples import Example, read_examples
-from forge_ml.data.project_data import read_gold, read_system_prompt, writer_guard
+from forge_ml.data.gold_guard import GoldGuard
+from forge_ml.data.project_data import read_gold, read_system_prompt
 from forge_ml.data.table import ExampleTable, KnownKeys, load_table
 from forge_ml.errors import ConfigError, InputError, RuntimeFault
 from forge_ml.evaluation.scorers import make_scorer
@@ -79,6 +80,7 @@ class _Inputs:
     generator_path: Path
     gold_examples: list[Example] = field(default_factory=list)  # to try the scorer on before a run starts
     conventions: Conventions = field(default_factory=Conventions)  # the form added examples are brought into
+    system: list[dict[str, Any]] = field(default_factory=list)  # write_examples' prompt, when Claude writes
 
 
 def reference_examples(canonical: ExampleTable, seed: list[Example], focus: list[str]) -> list[Example]:
@@ -175,6 +177,9 @@ def prepare(cfg: ForgeConfig, project: Project, job: DataJob) -> _Inputs:
     inputs.conventions = Conventions.of([*gold, *seed], categories=in_canonical)
     inputs.focus = _focus(job, inputs, sorted(set(known_categories(gold, seed)) | set(in_canonical)), claude)
     inputs.samples = reference_examples(canonical, seed, inputs.focus)
+    if claude:  # gold quoted in the notes is cut out once here (with its warning), not per request
+        notes = project_notes(project.root, GoldGuard.of(gold, seed))
+        inputs.system = system_blocks(notes, read_system_prompt(project, cfg.task))
     return inputs
 
 
@@ -190,12 +195,6 @@ def _brief(cfg: ForgeConfig, job: DataJob, inputs: _Inputs, n: int | None = None
     )
 
 
-def _system(cfg: ForgeConfig, project: Project) -> list[dict[str, Any]]:
-    return system_blocks(
-        project_notes(project.root, writer_guard(project, cfg.task)), read_system_prompt(project, cfg.task)
-    )
-
-
 def estimate(cfg: ForgeConfig, project: Project, job: DataJob, inputs: _Inputs) -> DataSummary:
     """The dry run: how many requests, and their cost estimated from prompt length and `n`."""
     summary = DataSummary(
@@ -206,7 +205,7 @@ def estimate(cfg: ForgeConfig, project: Project, job: DataJob, inputs: _Inputs) 
     requests = build_requests(_brief(cfg, job, inputs), job.kind)
     summary.writer, summary.requests = "claude", len(requests)
     summary.usage.input_tokens, summary.usage.output_tokens = estimate_tokens(
-        requests, _system(cfg, project), inputs.samples
+        requests, inputs.system, inputs.samples
     )
     summary.cost_usd = (
         batch_cost_usd(summary.usage, cfg.planner) if job.batch else summary.usage.cost_usd(cfg.planner)
@@ -250,7 +249,7 @@ def _claude_rows(
     RuntimeFault when every request failed."""
     brief = _brief(cfg, job, inputs, n if attempt else None)
     requests = build_requests(brief, job.kind if attempt == 0 else f"{job.kind}-again{attempt}")
-    system = _system(cfg, project)
+    system = inputs.system
     summary.requests += len(requests)
     client = make_client(cfg.planner)
 
