@@ -152,6 +152,7 @@ def test_the_planner_is_told_the_base_model_and_the_data_per_category(fake, exam
     told = _data_block(request, "model_and_data")
     canonical = read_examples(example_project.root / "dataset" / "canonical.jsonl")
     assert told["training_examples"] == len(canonical) > 0
+    assert told["gold_examples"] == len(read_examples(example_project.root / "dataset" / "gold.jsonl")) > 0
     assert told["per_category"] == dict(Counter(e.category for e in canonical))
     assert list(told["per_category"].values()) == sorted(told["per_category"].values(), reverse=True)
     assert told["adapter"] == "LoRA"

@@ -56,7 +56,8 @@ def _current_values(cfg: ForgeConfig) -> dict[str, Any]:
 
 
 def _model_and_data(cfg: ForgeConfig, project: Project) -> dict[str, Any]:
-    """The base model (its name, never a local path) and the training examples per category."""
+    """The base model (its name, never a local path), the training examples per category, and the
+    size of the gold set (one gold example is 1/n of gold accuracy: what a change amounts to)."""
     examples = read_examples(project.resolve(cfg.task.canonical_path), required=False)
     counts = Counter(e.category or "uncategorized" for e in examples)
     model = cfg.model
@@ -70,6 +71,7 @@ def _model_and_data(cfg: ForgeConfig, project: Project) -> dict[str, Any]:
         ),
         "training_examples": len(examples),
         "per_category": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "gold_examples": len(read_examples(project.resolve(cfg.task.gold_path), required=False)),
     }
 
 
