@@ -178,3 +178,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """The fake Messages API on loopback, the SDK pointed at it by ANTHROPIC_API_KEY and
+    ANTHROPIC_BASE_URL (a module with its own `fake` fixture uses that one instead)."""
+    from fake_anthropic import FakeAnthropic
+
+    with FakeAnthropic() as server:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789abcdef")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        yield server
