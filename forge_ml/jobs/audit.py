@@ -209,9 +209,12 @@ def _fixed_example(
     user, answer = user.strip(), answer.strip()
     if not user or not answer:
         return None, "the fix leaves an empty turn"
-    if conventions.labels and conventions.answer(answer) is None:
+    in_form = conventions.answer(
+        answer
+    )  # a fix written in a code fence, spaced otherwise, or a label respelt
+    if conventions.labels and in_form is None:
         return None, "the fixed answer is none of gold's and the seed's labels"
-    answer = conventions.answer(answer) or answer  # a fix written in a code fence, or spaced otherwise
+    answer = in_form or answer
     if not parses(scorer, answer):
         return None, f"the fixed answer fails the scorer's parse (eval.scorer={scorer_name})"
     if normalize_text(user) in gold_keys:
