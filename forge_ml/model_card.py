@@ -65,6 +65,26 @@ class CardFacts:
         return None
 
 
+QLORA_KEYS = ("lora.quant_type", "lora.double_quant", "lora.compute_dtype")
+
+
+def _applies(key: str, flat: dict[str, Any], base_kind: str) -> bool:
+    """Whether a key had a say in this version: the tiny model's shape only for `model=tiny`, the
+    offline copy's origin only for a base loaded from it, 4-bit settings only for `lora.method=qlora`,
+    a scorer's own settings only for that scorer."""
+    if key.startswith("model.tiny."):
+        return base_kind == "tiny"
+    if key.startswith("model.offline_copy."):
+        return base_kind == "offline-copy"
+    if key in QLORA_KEYS:
+        return flat.get("lora.method") == "qlora"
+    if key == "eval.json_field":
+        return flat.get("eval.scorer") == "json_cmd"
+    if key == "eval.scorer_path":
+        return flat.get("eval.scorer") == "custom"
+    return True
+
+
 def relevant_config(flat: dict[str, Any]) -> dict[str, Any]:
     """Return the model/lora/training/eval keys of a flattened config, secrets redacted, sorted.
 
@@ -107,9 +127,11 @@ def _base_lines(facts: CardFacts) -> list[str]:
             "on them before relying on it",
         ]
     if facts.base_kind == "local":
+        made = [f"- made by: {prov['note']}"] if prov.get("note") else []  # `forge-ml pretrain`'s record
         return [
             f"- base model: a local directory (`{Path(facts.base_source).name}`), not on the Hub",
             "- revision: none (a local directory)",
+            *made,
         ]
     if facts.base_kind == "tiny":
         return [
@@ -270,7 +292,8 @@ def model_card(facts: CardFacts) -> str:
             ),
             "",
         ]
-    config_rows = [(k, f"`{v}`") for k, v in redact_mapping(facts.config).items()] or [("-", "not recorded")]
+    config = {k: v for k, v in facts.config.items() if _applies(k, facts.config, facts.base_kind)}
+    config_rows = [(k, f"`{v}`") for k, v in redact_mapping(config).items()] or [("-", "not recorded")]
     lines += ["## Configuration (as trained)", "", *_table(("key", "value"), config_rows), ""]
     if facts.system_prompt:
         lines += ["## System prompt (used at training, evaluation and serving)", "", "```text"]

@@ -30,6 +30,8 @@ KEYS = {
         "base_model",
         "method",
         "epochs",
+        "optimizer_steps",
+        "learning_rate",
         "corpus_hash",
         "files",
         "documents",

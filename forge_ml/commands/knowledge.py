@@ -114,6 +114,8 @@ def run_pretrain(ctx: Context) -> int:
         base_model=summary.base.source,
         method=cfg.lora.method,
         epochs=summary.epochs,
+        optimizer_steps=summary.steps,
+        learning_rate=cfg.training.learning_rate,
         corpus_hash=corpus.digest,
         files=len(corpus.files),
         documents=len(corpus.documents),
@@ -125,7 +127,7 @@ def run_pretrain(ctx: Context) -> int:
     # what it trained on is a line of its own: as the table's title it would wrap to the table's width
     results.print(
         f"pretrain ({cfg.lora.method}) on {len(corpus.documents)} document(s), {summary.tokens:,} tokens "
-        f"from {corpus.root}",
+        f"from {corpus.root}: {summary.steps} optimizer step(s) at learning rate {cfg.training.learning_rate:g}",
         highlight=False,
         soft_wrap=True,
     )
@@ -167,6 +169,8 @@ COMMANDS = [
             "base_model",
             "method",
             "epochs",
+            "optimizer_steps",
+            "learning_rate",
             "corpus_hash",
             "files",
             "documents",
