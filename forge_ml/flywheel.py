@@ -26,6 +26,7 @@ from forge_ml.console import console, print_round
 from forge_ml.data.project_data import load_project_data
 from forge_ml.errors import ForgeError, RuntimeFault, describe
 from forge_ml.evaluation.report import write_report
+from forge_ml.evaluation.scorers import scoring_rule
 from forge_ml.faults import failpoint
 from forge_ml.flywheel_preflight import check_answer_room_here, check_gold_eval_here
 from forge_ml.flywheel_state import (
@@ -42,7 +43,7 @@ from forge_ml.flywheel_state import (
 )
 from forge_ml.heartbeat import Heartbeat
 from forge_ml.jobs.evaluate import evaluate_adapter
-from forge_ml.jobs.promote import rebaseline_champion
+from forge_ml.jobs.promote import rebaseline_before_rounds
 from forge_ml.llm import make_client
 from forge_ml.models.loader import load_tokenizer
 from forge_ml.planner import RoundPlanner, read_history
@@ -105,8 +106,8 @@ class Flywheel:
             data = load_project_data(self.project, self.cfg.task)
             gold_hash = data.hashes["gold"]
             if rebaseline:
-                rebaseline_champion(self.cfg, self.project, self.registry, gold_hash)
-            self.registry.check_gold(gold_hash)
+                rebaseline_before_rounds(self.cfg, self.project, self.registry, gold_hash)
+            self.registry.check_gold(gold_hash, scoring_rule(self.cfg.eval, self.project.root))
             if not self.skip_train:
                 check_answer_room_here(self.cfg, self.project, data)
             state = load_state(self.project)
@@ -332,7 +333,8 @@ class Flywheel:
         report = evaluate_adapter(
             cfg, self.project, best.base, adapter_dir, data.gold, system_prompt=data.system_prompt
         )
-        outcome = GoldOutcome.from_report(report, data.hashes["gold"])
+        scoring = scoring_rule(cfg.eval, self.project.root)
+        outcome = GoldOutcome.from_report(report, data.hashes["gold"], scoring)
         metrics = report.metrics("gold")
         run.log_metrics(metrics, step=state.round)  # step = round: the UI's charts put rounds on the x axis
         if best.run_id:

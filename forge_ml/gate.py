@@ -19,7 +19,7 @@ from forge_ml.errors import ConfigError, describe
 if TYPE_CHECKING:
     from forge_ml.evaluation.report import EvalReport
 
-REBASELINE = "forge-ml flywheel --rebaseline"
+REBASELINE = "forge-ml promote --rebaseline"  # or `forge-ml flywheel --rebaseline`, before its rounds
 EPS = 1e-9  # accuracies are means of floats: compare with a tolerance
 
 
@@ -38,9 +38,10 @@ class GoldOutcome:
     forbidden_count: int
     gold_hash: str
     total: int
+    scoring: str = ""  # evaluation.scorers.scoring_rule; "" on versions registered before it was recorded
 
     @classmethod
-    def from_report(cls, report: EvalReport, gold_hash: str) -> GoldOutcome:
+    def from_report(cls, report: EvalReport, gold_hash: str, scoring: str) -> GoldOutcome:
         return cls(
             accuracy=report.accuracy,
             per_category={name: stats["accuracy"] for name, stats in report.per_category.items()},
@@ -48,6 +49,7 @@ class GoldOutcome:
             forbidden_count=report.forbidden_count,
             gold_hash=gold_hash,
             total=report.total,
+            scoring=scoring,
         )
 
     def to_tags(self) -> dict[str, str]:
@@ -57,7 +59,7 @@ class GoldOutcome:
             "forge.gold_outcomes": self.outcomes,
             "forge.gold_per_category": json.dumps(self.per_category, sort_keys=True),
             "forge.gold_forbidden": str(self.forbidden_count),
-        }
+        } | ({"forge.gold_scoring": self.scoring} if self.scoring else {})
 
     @classmethod
     def from_tags(cls, tags: dict[str, str]) -> GoldOutcome:
@@ -70,6 +72,7 @@ class GoldOutcome:
                 forbidden_count=int(tags["forge.gold_forbidden"]),
                 gold_hash=tags["forge.gold_hash"],
                 total=len(outcomes),
+                scoring=tags.get("forge.gold_scoring", ""),
             )
         except (KeyError, ValueError) as exc:
             raise ConfigError(
@@ -168,6 +171,12 @@ def decide(candidate: GoldOutcome, champion: GoldOutcome | None, gate: GateConfi
         raise ConfigError(
             f"gold set {candidate.gold_hash[:12]} differs from the champion's {champion.gold_hash[:12]}; "
             f"outcomes on different gold sets cannot be compared (re-baseline with `{REBASELINE}`)"
+        )
+    if candidate.scoring and champion.scoring and candidate.scoring != champion.scoring:
+        raise ConfigError(
+            f"the candidate was scored by {candidate.scoring}, the champion by {champion.scoring}; "
+            f"scores under different rules cannot be compared (re-baseline the champion under the "
+            f"current eval.scorer with `{REBASELINE}`)"
         )
     ok, reason = accuracy_rule(candidate.accuracy, champion.accuracy, gate.min_delta)
     (passes if ok else refusals).append(reason)

@@ -262,15 +262,24 @@ class Registry:
         version = self.client.get_model_version(self.name, str(number))
         return Champion(version, GoldOutcome.from_tags(version.tags))
 
-    def check_gold(self, gold_hash: str) -> None:
-        """Raise ConfigError when the champion was measured on another gold set than `gold_hash`."""
+    def check_gold(self, gold_hash: str, scoring: str) -> None:
+        """Raise ConfigError when the champion was measured on another gold set than `gold_hash`, or
+        scored under another rule than `scoring` (evaluation.scorers.scoring_rule)."""
         current = self.champion()
-        if current is not None and current.outcome.gold_hash != gold_hash:
-            version, outcome = current.version, current.outcome
+        if current is None:
+            return
+        version, outcome = current.version, current.outcome
+        if outcome.gold_hash != gold_hash:
             raise ConfigError(
                 f"the gold set changed: champion {self.name} v{version.version} was measured on gold "
                 f"{outcome.gold_hash[:12]}, the project's gold is now {gold_hash[:12]}; its accuracy is not "
                 f"comparable. Re-baseline the champion on the new gold set with `{REBASELINE}`"
+            )
+        if outcome.scoring and outcome.scoring != scoring:  # "": recorded before the rule was kept
+            raise ConfigError(
+                f"the scoring changed: champion {self.name} v{version.version} was scored by "
+                f"{outcome.scoring}, the project's eval now scores by {scoring}; its accuracy is not "
+                f"comparable. Re-baseline the champion under the current scorer with `{REBASELINE}`"
             )
 
     def champion_number(self) -> str | None:
@@ -416,6 +425,8 @@ class Registry:
         if previous is not None:
             tags["forge.rebaseline.previous_gold_hash"] = previous.gold_hash
             tags["forge.rebaseline.previous_gold_accuracy"] = repr(float(previous.accuracy))
+            if previous.scoring:
+                tags["forge.rebaseline.previous_gold_scoring"] = previous.scoring
         gold_hash = tags.pop("forge.gold_hash")  # written last: a crash midway leaves the old hash
         for key, value in [*tags.items(), ("forge.gold_hash", gold_hash)]:
             self.client.set_model_version_tag(self.name, number, key, value)

@@ -151,6 +151,7 @@ LONGEST_FIRST = (
     "test_train_e2e.py",
     "test_stopping.py",
     "test_registry_commands.py",
+    "test_promote_commands.py",
     "test_secret_paths.py",
     "test_probe_pretrain.py",
     "test_data_claude.py",
@@ -178,6 +179,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def shared(tmp_path_factory):
+    """The registry command tests' project: a tiny adapter trained once per worker, registered as
+    v1 (champion) and v2 (challenger); tests/registry_checks.py."""
+    from registry_checks import build_shared
+
+    return build_shared(tmp_path_factory)
 
 
 @pytest.fixture

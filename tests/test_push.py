@@ -53,6 +53,7 @@ def registered(tmp_path_factory) -> Registered:
     from forge_ml.compose import compose_config
     from forge_ml.config import GateConfig
     from forge_ml.data.project_data import read_system_prompt
+    from forge_ml.evaluation.scorers import scoring_rule
     from forge_ml.gate import GoldOutcome
     from forge_ml.jobs.train import run_train
     from forge_ml.project import init_project
@@ -72,7 +73,9 @@ def registered(tmp_path_factory) -> Registered:
         round_run.set_tags({"forge.data.canonical_hash": "c" * 64})
         round_run.log_params({"data.writer": "generator"})
     data_tags = tracker.client.get_run(summary.run_id).data.tags
-    gold = GoldOutcome.from_report(summary.gold, data_tags["forge.data.gold_hash"])
+    gold = GoldOutcome.from_report(
+        summary.gold, data_tags["forge.data.gold_hash"], scoring_rule(cfg.eval, project.root)
+    )
     registry = Registry.for_project(cfg, project)
     version = registry.register(
         summary.run_id,

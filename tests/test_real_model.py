@@ -345,13 +345,16 @@ def test_the_models_own_template_system_role_and_end_of_turn(trained, real_base)
 @pytest.fixture(scope="module")
 def registered(trained):
     """The training registered as version 1 (alias challenger), as the flywheel registers a round's best."""
+    from forge_ml.evaluation.scorers import scoring_rule
     from forge_ml.gate import GoldOutcome
     from forge_ml.registry import Registry
     from forge_ml.tracking import Tracker
 
     cfg, project, summary = trained.cfg, trained.project, trained.summary
     tags = Tracker(cfg, project).client.get_run(summary.run_id).data.tags
-    outcome = GoldOutcome.from_report(summary.gold, tags["forge.data.gold_hash"])
+    outcome = GoldOutcome.from_report(
+        summary.gold, tags["forge.data.gold_hash"], scoring_rule(cfg.eval, project.root)
+    )
     version = Registry.for_project(cfg, project).register(
         summary.run_id,
         adapter_dir=summary.adapter_dir,

@@ -15,6 +15,7 @@ from forge_ml.config.checks import Problems
 from forge_ml.config.registry import GateConfig, RegistryConfig
 from forge_ml.errors import ConfigError
 from forge_ml.evaluation.report import EvalReport, ScoredExample
+from forge_ml.evaluation.scorers import scoring_rule
 from forge_ml.gate import GoldOutcome, _fig, decide, describe_gate, mcnemar_exact
 from forge_ml.models.pyfunc import save_adapter_model
 from forge_ml.registry import CHALLENGER, CHAMPION, Registry
@@ -210,12 +211,17 @@ def test_gold_outcome_from_report_and_tags_round_trip():
     ]
     per_category = {"hover": {"accuracy": 0.0}, "land": {"accuracy": 0.5}, "takeoff": {"accuracy": 1.0}}
     report = EvalReport(0.5, 2, 4, 2, per_category, forbidden_count=1, items=items)
-    gold = GoldOutcome.from_report(report, "abc123")
+    gold = GoldOutcome.from_report(report, "abc123", "custom (scorer.py sha256 0123456789ab)")
     assert gold.outcomes == "1010" and gold.total == 4 and gold.forbidden_count == 1
     assert gold.per_category == {"hover": 0.0, "land": 0.5, "takeoff": 1.0}
     tags = gold.to_tags()
     assert tags["forge.gold_hash"] == "abc123" and tags["forge.gold_outcomes"] == "1010"
+    assert tags["forge.gold_scoring"] == "custom (scorer.py sha256 0123456789ab)"
     assert GoldOutcome.from_tags(tags) == gold
+    older = {
+        k: v for k, v in tags.items() if k != "forge.gold_scoring"
+    }  # a version of before the rule was kept
+    assert GoldOutcome.from_tags(older) == replace(gold, scoring="")
     with pytest.raises(ConfigError, match=r"forge\.gold"):
         GoldOutcome.from_tags({"forge.gold_hash": "abc123"})
 
@@ -283,7 +289,7 @@ def trained(tmp_path_factory) -> Trained:
         uri,
         gold_hash,
         read_system_prompt(project, cfg.task),
-        GoldOutcome.from_report(summary.gold, gold_hash),
+        GoldOutcome.from_report(summary.gold, gold_hash, scoring_rule(cfg.eval, project.root)),
         others,
     )
 
@@ -322,7 +328,7 @@ def test_register_gate_and_load_the_champion(trained, models_uri):
     t, name = trained, "router"
     registry = Registry(RegistryConfig(), t.client, name)
     assert registry.champion() is None
-    registry.check_gold("anything")  # no champion yet: nothing to compare with
+    registry.check_gold("anything", "exact")  # no champion yet: nothing to compare with
 
     v1 = register(registry, t, t.summary.run_id)
     assert str(v1.version) == "1" and v1.run_id == t.summary.run_id
@@ -363,10 +369,15 @@ def test_register_gate_and_load_the_champion(trained, models_uri):
     assert alias(t, name, CHAMPION) == "2" and alias(t, name, CHALLENGER) == "2"
     assert t.client.get_model_version(name, "2").tags["forge.gate.decision"] == "promoted"
 
-    registry.check_gold(t.gold_hash)
+    registry.check_gold(t.gold_hash, t.outcome.scoring)
     with pytest.raises(ConfigError, match="gold set changed") as err:
-        registry.check_gold("0" * 64)
-    assert err.value.exit_code == 1 and "forge-ml flywheel --rebaseline" in str(err.value)
+        registry.check_gold("0" * 64, t.outcome.scoring)
+    assert err.value.exit_code == 1 and "forge-ml promote --rebaseline" in str(err.value)
+    with pytest.raises(ConfigError, match="scoring changed") as err:
+        registry.check_gold(t.gold_hash, "custom (scorer.py sha256 0123456789ab)")
+    said = str(err.value)
+    assert f"was scored by {t.outcome.scoring}, the project's eval now scores by custom (scorer.py" in said
+    assert err.value.exit_code == 1 and "forge-ml promote --rebaseline" in said
 
     model = mlflow.pyfunc.load_model(f"models:/{name}@champion")
     answers = model.predict(["take off to 30 m"])
@@ -462,9 +473,9 @@ def test_load_through_the_registry_client_and_rebaseline(trained):
 
     remeasured = replace(t.outcome, gold_hash="f" * 64, accuracy=0.5)
     with pytest.raises(ConfigError, match="gold set changed"):
-        registry.check_gold(remeasured.gold_hash)
+        registry.check_gold(remeasured.gold_hash, t.outcome.scoring)
     registry.rebaseline(version, remeasured, previous=t.outcome)
-    registry.check_gold(remeasured.gold_hash)
+    registry.check_gold(remeasured.gold_hash, t.outcome.scoring)
     found = registry.champion()
     champion, outcome = found.version, found.outcome
     assert str(champion.version) == str(version.version) and outcome == remeasured
@@ -481,3 +492,60 @@ def test_for_project_uses_the_project_store_and_name(tmp_path):
     assert registry.client.tracking_uri == f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg.registry = RegistryConfig(model_name="other")
     assert Registry.for_project(cfg, Project(Path(tmp_path))).name == "other"
+
+
+def test_outcomes_scored_under_different_rules_are_never_compared():
+    """The same answers score higher under a partial-credit scorer.py than under `exact`: the gate
+    refuses to compare them, naming both rules. A champion of before the rule was recorded ("")
+    compares on its gold set alone."""
+    exact, custom = "exact", "custom (scorer.py sha256 0123456789ab)"
+    with pytest.raises(ConfigError) as err:
+        decide(
+            replace(outcome(right(15)), scoring=custom),
+            replace(outcome(right(10)), scoring=exact),
+            GateConfig(),
+        )
+    said = str(err.value)
+    assert err.value.exit_code == 1 and f"scored by {custom}, the champion by {exact}" in said
+    assert "forge-ml promote --rebaseline" in said
+    same = decide(
+        replace(outcome(right(15)), scoring=custom), replace(outcome(right(10)), scoring=custom), GateConfig()
+    )
+    assert same.promote
+    older = decide(replace(outcome(right(15)), scoring=custom), outcome(right(10)), GateConfig())
+    assert older.promote
+
+
+CONFIGS = st.fixed_dictionaries(
+    {
+        "scorer": st.sampled_from(["exact", "json_cmd", "json_match", "custom"]),
+        "json_field": st.sampled_from(["cmd", "action"]),
+        "forbidden_outputs": st.lists(
+            st.sampled_from(["(?i)as an ai", "rm -rf", "sorry"]), max_size=2, unique=True
+        ),
+        "body": st.sampled_from(["return 1.0", "return 0.5", "return float(expected == actual)"]),
+    }
+)
+
+
+@given(a=CONFIGS, b=CONFIGS)
+@settings(max_examples=200, deadline=None)
+def test_two_scoring_rules_are_the_same_exactly_when_they_score_alike(a, b, tmp_path_factory):
+    """Equal for configs that score every answer alike (the same scorer; the same field for json_cmd,
+    the same scorer.py bytes for custom; the same forbidden patterns in any order); else different."""
+    from forge_ml.config import EvalConfig
+
+    def rule(c: dict) -> str:
+        root = tmp_path_factory.mktemp("rule")
+        (root / "scorer.py").write_text(f"def score(expected, actual):\n    {c['body']}\n")
+        cfg = EvalConfig(
+            scorer=c["scorer"], json_field=c["json_field"], forbidden_outputs=c["forbidden_outputs"]
+        )
+        return scoring_rule(cfg, root)
+
+    def meaning(c: dict) -> tuple:
+        own = {"json_cmd": c["json_field"], "custom": c["body"]}.get(c["scorer"])
+        return c["scorer"], own, frozenset(c["forbidden_outputs"])
+
+    assert (rule(a) == rule(b)) == (meaning(a) == meaning(b))
+    assert rule(a).startswith(a["scorer"])

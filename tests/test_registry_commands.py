@@ -1,182 +1,22 @@
-"""`forge-ml eval model=...`, `promote` and `merge` on a real registry: one tiny adapter trained for the module.
-
-The module trains once through the CLI and registers the adapter as version 1 (gated: champion) and
-again from a second run as version 2 (challenger). Promote tests register their own model names, so
-the project's model keeps v1 as champion for the eval and merge tests.
-"""
+"""`forge-ml eval model=...` and `merge` on a real registry: the shared tiny adapter of
+tests/registry_checks.py (v1 champion, v2 challenger)."""
 
 from __future__ import annotations
 
-import getpass
 import json
 import re
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from command_checks import judge_handler
-from conftest import FAST, run_cli, shrink_jsonl
+from conftest import FAST, run_cli
 from fake_anthropic import FakeAnthropic
+from registry_checks import API_KEY, COMMON, KEYS, NAME, Trained, artifacts, cli, runs_of, snapshot
 
 from forge_ml.config.registry import RegistryConfig
 from forge_ml.errors import InputError
-from forge_ml.gate import GoldOutcome, _fig
 from forge_ml.jobs.evaluate import parse_registry_uri, split_model_argument
 from forge_ml.registry import CHAMPION, Registry
-
-COMMON = ["command", "success", "exit_code", "run_id", "config_hash"]
-KEYS = {
-    "eval": "target accuracy correct total per_category unfinished results_path version judge".split(),  # noqa: SIM905
-    "promote": ["model", "version", "decision", "reasons", "p_value", "compared_to", "champion"],
-    "merge": ["model", "version", "out", "base", "adapter_run_id"],
-}
-NAME = "router"
-API_KEY = "sk-ant-test-registry-commands-0123456789"
-
-
-@dataclass
-class Trained:
-    root: Path
-    client: object
-    train_run: str  # the run version 1 was registered from
-    other_run: str  # the run version 2 was registered from
-    adapter: Path
-    base: str
-    gold: list  # forge_ml Example objects
-    failures: list[dict]  # the train run's gold failures
-    accuracy: float
-    outcome: GoldOutcome
-    system_prompt: str
-
-
-def envelope(result) -> dict:
-    lines = result.stdout.strip().splitlines()
-    assert len(lines) == 1, result.stdout + result.stderr[-3000:]
-    return json.loads(lines[0])
-
-
-def cli(t: Trained, *args: str, env: dict | None = None):
-    """Run `forge-ml --json <args>` on the module's project; return (envelope, CompletedProcess)."""
-    result = run_cli("-p", str(t.root), "--json", *args, env=env)
-    return envelope(result), result
-
-
-def register_pair(t: Trained, name: str, *, stages: bool = False, better: bool = False) -> Registry:
-    """Register model `name`: v1 from the train run (gated: champion), v2 from the other (challenger).
-
-    v2's recorded gold outcome ties v1's, or with `better` has one more gold example right.
-    """
-    registry = Registry(RegistryConfig(stages=stages), t.client, name)
-    first, second = improved_pair(t.outcome) if better else (t.outcome, t.outcome)
-    kwargs = {
-        "adapter_dir": t.adapter,
-        "base": _base_ref(t),
-        "system_prompt": t.system_prompt,
-        "system_role": True,
-        "max_new_tokens": 24,
-    }
-    v1 = registry.register(t.train_run, outcome=first, **kwargs)
-    assert registry.gate(v1, first, RegistryConfig().gate).promote
-    registry.register(t.other_run, outcome=second, **kwargs)
-    return registry
-
-
-def improved_pair(outcome: GoldOutcome) -> tuple[GoldOutcome, GoldOutcome]:
-    """Two outcomes on the same gold set, the second with one more example right."""
-
-    def with_bits(bits: str) -> GoldOutcome:
-        return replace(outcome, outcomes=bits, accuracy=bits.count("1") / len(bits))
-
-    if "0" in outcome.outcomes:
-        return outcome, with_bits(outcome.outcomes.replace("0", "1", 1))
-    return with_bits(outcome.outcomes.replace("1", "0", 1)), outcome
-
-
-def _base_ref(t: Trained):
-    from forge_ml.models.loader import BaseModelRef
-
-    return BaseModelRef(t.base, None, True)
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Trained:
-    from mlflow import MlflowClient
-
-    from forge_ml.data.examples import read_examples
-    from forge_ml.project import init_project
-
-    project = init_project(tmp_path_factory.mktemp("regcmd") / NAME, example="drone-router")
-    shrink_jsonl(project.root / "dataset" / "canonical.jsonl", 240)
-    shrink_jsonl(project.root / "dataset" / "gold.jsonl", 27)
-    root = project.root
-    result = run_cli("-p", str(root), "--json", "train", *FAST)
-    assert result.returncode == 0, result.stderr[-4000:]
-    (line,) = (
-        result.stdout.strip().splitlines()
-    )  # --json: the envelope alone on stdout (Hydra's job log goes to stderr)
-    trained_run = json.loads(line)
-    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
-    run = client.get_run(trained_run["run_id"])
-    losses = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "dev/loss")}
-    for epoch in (1, 2):  # one line per epoch, with the figures the run recorded; no trainer log dicts
-        assert (
-            f"epoch {epoch}/2: train/loss " in result.stderr
-            and f"dev/loss {losses[epoch]:.4f}" in result.stderr
-        )
-    assert "{'loss'" not in result.stderr + result.stdout and "grad_norm" not in result.stderr
-    other = client.create_run(run.info.experiment_id)
-    client.set_terminated(other.info.run_id)
-
-    gold = read_examples(root / "dataset" / "gold.jsonl")
-    failures = [
-        json.loads(line) for line in (root / "output" / "eval_failures.jsonl").read_text().splitlines()
-    ]
-    failed = {f["input"] for f in failures}
-    results = json.loads((root / "output" / "eval_results.json").read_text())
-    outcome = GoldOutcome(
-        accuracy=results["accuracy"],
-        per_category={k: v["accuracy"] for k, v in results["per_category"].items()},
-        outcomes="".join("0" if ex.user in failed else "1" for ex in gold),
-        forbidden_count=0,
-        gold_hash=run.data.tags["forge.data.gold_hash"],
-        total=len(gold),
-    )
-    t = Trained(
-        root,
-        client,
-        run.info.run_id,
-        other.info.run_id,
-        Path(trained_run["adapter"]),
-        results["base_model"],
-        gold,
-        failures,
-        results["accuracy"],
-        outcome,
-        (root / "system_prompt.md").read_text(encoding="utf-8"),
-    )
-    register_pair(t, NAME)
-    return t
-
-
-def runs_of(t: Trained, kind: str) -> list:
-    exp = t.client.get_experiment_by_name(NAME)
-    return t.client.search_runs([exp.experiment_id], f"tags.`forge.kind` = '{kind}'")
-
-
-def artifacts(t: Trained, run_id: str, path: str = "") -> set[str]:
-    found = set()
-    for item in t.client.list_artifacts(run_id, path or None):
-        found |= artifacts(t, run_id, item.path) if item.is_dir else {item.path}
-    return found
-
-
-def snapshot(t: Trained, run_id: str) -> tuple:
-    """What a run holds: tags, params, metric histories, artifact paths."""
-    run = t.client.get_run(run_id)
-    histories = {k: [m.value for m in t.client.get_metric_history(run_id, k)] for k in run.data.metrics}
-    return run.data.tags, run.data.params, histories, artifacts(t, run_id)
-
 
 # ---- parsing, without a model ---------------------------------------------------------------
 
@@ -203,8 +43,8 @@ def test_model_argument_is_a_registry_uri_or_a_path_never_a_model_group_option()
 
 
 @pytest.mark.slow
-def test_eval_registry_versions_and_a_path_each_in_their_own_run(trained):
-    t = trained
+def test_eval_registry_versions_and_a_path_each_in_their_own_run(shared):
+    t = shared
     before = {run_id: snapshot(t, run_id) for run_id in (t.train_run, t.other_run)}
     version_tags = {n: t.client.get_model_version(NAME, n).tags for n in ("1", "2")}
 
@@ -257,8 +97,8 @@ def test_eval_registry_versions_and_a_path_each_in_their_own_run(trained):
         ("./no/such/adapter", "model=./no/such/adapter: "),
     ],
 )
-def test_eval_of_an_unknown_target_exits_1_naming_it(trained, target, fragment):
-    t = trained
+def test_eval_of_an_unknown_target_exits_1_naming_it(shared, target, fragment):
+    t = shared
     results = (t.root / "output" / "eval_results.json").read_bytes()
     evals = len(runs_of(t, "eval"))
     data, result = cli(t, "eval", f"model={target}", *FAST)
@@ -277,8 +117,8 @@ def expected_judge(t: Trained) -> tuple[float, dict[str, float]]:
 
 
 @pytest.mark.slow
-def test_eval_with_claude_as_judge_direct_and_batched(trained):
-    t = trained
+def test_eval_with_claude_as_judge_direct_and_batched(shared):
+    t = shared
     accuracy, per_category = expected_judge(t)
     env = {"ANTHROPIC_API_KEY": API_KEY}
     with FakeAnthropic() as fake:
@@ -354,118 +194,26 @@ def test_eval_with_claude_as_judge_direct_and_batched(trained):
 
 
 @pytest.mark.slow
-def test_judge_without_an_api_key_or_batch_without_judge_exit_1(trained):
-    t = trained
+def test_judge_without_an_api_key_or_batch_without_judge_exit_1(shared):
+    t = shared
     data, result = cli(t, "eval", "--judge", "claude", *FAST, env={"ANTHROPIC_API_KEY": ""})
     assert result.returncode == 1 and "ANTHROPIC_API_KEY" in data["error"]["message"]
     data, result = cli(t, "eval", "--batch", *FAST)
     assert result.returncode == 1 and "--judge claude" in data["error"]["message"]
 
 
-# ---- promote ----------------------------------------------------------------------------------
-
-
-def aliases(t: Trained, name: str) -> dict[str, str]:
-    return {k: str(v) for k, v in t.client.get_registered_model(name).aliases.items()}
-
-
-@pytest.mark.slow
-def test_promote_runs_the_gate_on_the_challenger(trained):
-    t, name = trained, "router-gated"
-    first, second = improved_pair(t.outcome)
-    register_pair(t, name, better=True)
-    data, result = cli(t, "promote", f"registry.model_name={name}")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert list(data) == [*COMMON, *KEYS["promote"], "error"]
-    assert data["version"] == "2" and data["decision"] == "promoted" and data["champion"] == "2"
-    assert data["compared_to"] == "1" and data["reasons"] == [
-        f"gold accuracy {_fig(second.accuracy)} > champion {_fig(first.accuracy)} "
-        "(a challenger must be better; min_delta 0.00)"
-    ]
-    assert aliases(t, name) == {"champion": "2", "challenger": "2"}
-    assert t.client.get_model_version(name, "2").tags["forge.gate.decision"] == "promoted"
-    run = t.client.get_run(data["run_id"])
-    assert run.data.tags["forge.kind"] == "promote" and run.data.tags["forge.promote.decision"] == "promoted"
-    assert run.data.tags["forge.promote.model"] == name and run.data.tags["forge.promote.forced"] == "false"
-
-
-@pytest.mark.slow
-def test_promote_refused_then_forced_with_a_reason(trained):
-    t, name = trained, "router-forced"
-    register_pair(t, name, stages=True)
-    data, result = cli(t, "promote", f"registry.model_name={name}", "registry.gate.min_delta=0.01")
-    assert result.returncode == 3 == data["exit_code"] and data["success"] is False
-    assert data["decision"] == "refused" and data["champion"] == "1" and data["error"] is None
-    assert "+ min_delta 0.01" in data["reasons"][0]
-    tags = t.client.get_model_version(name, "2").tags
-    assert tags["forge.gate.decision"] == "refused" and "forge.force.reason" not in tags
-    refused = t.client.get_model_version(name, "2").description  # no round: registered by hand
-    assert refused.startswith("by hand — gold ") and refused.endswith(" — refused: " + data["reasons"][0])
-    assert aliases(t, name)["champion"] == "1"
-    refused_run = t.client.get_run(data["run_id"]).data.tags
-    assert refused_run["forge.promote.decision"] == "refused" and refused_run["forge.promote.champion"] == "1"
-
-    start = datetime.now(timezone.utc) - timedelta(seconds=2)
-    args = ("promote", "--version", "2", "--force", "--reason", "hand-checked on 40 live prompts")
-    data, result = cli(t, *args, f"registry.model_name={name}", "registry.stages=true")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert data["decision"] == "forced" and data["champion"] == "2" and data["compared_to"] == "1"
-    user = getpass.getuser()
-    assert data["reasons"] == [f"forced by {user}: hand-checked on 40 live prompts"]
-    tags = t.client.get_model_version(name, "2").tags
-    assert (
-        tags["forge.force.reason"] == "hand-checked on 40 live prompts" and tags["forge.force.user"] == user
-    )
-    when = datetime.fromisoformat(tags["forge.force.time"])
-    assert start <= when <= datetime.now(timezone.utc)
-    assert tags["forge.force.run_id"] == data["run_id"]
-    assert tags["forge.gate.decision"] == "refused"  # the gate's own record stays
-    assert t.client.get_model_version(name, "2").description == (
-        f"by hand — forced to champion by {user}, gate skipped: hand-checked on 40 live prompts"
-    )
-    assert aliases(t, name) == {"champion": "2", "challenger": "2"}
-    assert t.client.get_model_version(name, "2").current_stage == "Production"
-    assert t.client.get_model_version(name, "1").current_stage == "Archived"
-    forced_run = t.client.get_run(data["run_id"]).data.tags
-    assert forced_run["forge.kind"] == "promote" and forced_run["forge.promote.decision"] == "forced"
-    assert forced_run["forge.force.user"] == user and forced_run["forge.promote.forced"] == "true"
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("args", "fragment"),
-    [
-        (["--force"], "--force needs --reason"),
-        (["--force", "--reason", "  "], "--force needs --reason"),
-        (["--reason", "because"], "--reason goes with --force"),
-        (["--version", "9"], "registered model 'router-untouched' has no version 9"),
-    ],
-)
-def test_promote_bad_input_exits_1_and_changes_nothing(trained, args, fragment):
-    t, name = trained, "router-untouched"
-    if name not in [m.name for m in t.client.search_registered_models()]:
-        register_pair(t, name)
-    state = (aliases(t, name), [t.client.get_model_version(name, n).tags for n in ("1", "2")])
-    promotes = len(runs_of(t, "promote"))
-    data, result = cli(t, "promote", *args, f"registry.model_name={name}")
-    assert result.returncode == 1 == data["exit_code"] and data["error"]["class"] == "InputError"
-    assert fragment in data["error"]["message"]
-    assert (aliases(t, name), [t.client.get_model_version(name, n).tags for n in ("1", "2")]) == state
-    assert len(runs_of(t, "promote")) == promotes
-
-
 # ---- merge ------------------------------------------------------------------------------------
 
 
 @pytest.mark.slow
-def test_merge_exports_a_model_that_answers_like_the_adapter(trained, tmp_path):
+def test_merge_exports_a_model_that_answers_like_the_adapter(shared, tmp_path):
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from forge_ml.models.generation import generate_batched, render_prompt
 
-    t = trained
+    t = shared
     data, result = cli(t, "merge")
     assert result.returncode == 0, result.stderr[-3000:]
     assert list(data) == [*COMMON, *KEYS["merge"], "error"]
@@ -521,8 +269,8 @@ def test_merge_exports_a_model_that_answers_like_the_adapter(trained, tmp_path):
         (["--alias", "nosuch"], f"registered model '{NAME}' has no alias @nosuch"),
     ],
 )
-def test_merge_of_an_unknown_version_exits_1(trained, args, fragment):
-    t = trained
+def test_merge_of_an_unknown_version_exits_1(shared, args, fragment):
+    t = shared
     merges = len(runs_of(t, "merge"))
     data, result = cli(t, "merge", *args)
     assert result.returncode == 1 and fragment in data["error"]["message"]

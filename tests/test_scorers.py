@@ -151,3 +151,26 @@ def test_any_category_becomes_a_distinct_mlflow_metric_name(categories):
         c for c in categories if metric_name(c) == c
     }
     assert report.summary().get("metric_names", {}) == report.metric_names
+
+
+@given(scores=st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0]), min_size=1, max_size=40))
+@settings(max_examples=200, deadline=None)
+def test_the_tally_beside_the_accuracy_says_when_the_figure_is_a_mean_of_partial_scores(
+    scores, tmp_path_factory
+):
+    """A scorer of 0 or 1: `correct/total`, the accuracy itself. Partial credit: the count of full
+    scores, named as such, beside a mean score that no longer equals it."""
+    root = tmp_path_factory.mktemp("scorer")
+    by_answer = {f"a{i}": s for i, s in enumerate(scores)}
+    (root / "scorer.py").write_text(
+        f"SCORES = {by_answer!r}\n\ndef score(expected, actual):\n    return SCORES[actual]\n"
+    )
+    cfg = EvalConfig(scorer="custom")
+    examples = [Example(f"q{i}", "x") for i in range(len(scores))]
+    report = score_outputs(examples, list(by_answer), make_scorer(cfg, root), cfg)
+    full = sum(1 for s in scores if s == 1.0)
+    assert report.accuracy == pytest.approx(sum(scores) / len(scores)) and report.correct == full
+    if all(s in (0.0, 1.0) for s in scores):
+        assert report.tally == f"{full}/{len(scores)}"
+    else:
+        assert report.tally == f"mean score; {full}/{len(scores)} scored 1"

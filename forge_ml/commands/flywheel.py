@@ -22,7 +22,9 @@ def _args(p) -> None:
     count.add_argument("--iters", type=int, help="this many more rounds, from where the project stands")
     p.add_argument("--skip-train", action="store_true", help="plan and add data only: no trials, no gate")
     p.add_argument(
-        "--rebaseline", action="store_true", help="re-measure the champion on a changed gold set first"
+        "--rebaseline",
+        action="store_true",
+        help="re-measure the champion first, after the gold set or eval.scorer changed",
     )
     p.add_argument(
         "--require-target",

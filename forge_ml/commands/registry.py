@@ -14,6 +14,11 @@ def _promote_args(p) -> None:
     p.add_argument("--version", type=int, help="the version to promote (default: the challenger)")
     p.add_argument("--force", action="store_true", help="promote regardless of the gate (needs --reason)")
     p.add_argument("--reason", help="why the gate is overridden; recorded with the version")
+    p.add_argument(
+        "--rebaseline",
+        action="store_true",
+        help="re-measure the champion on the current gold set under the current eval.scorer (after either changed)",
+    )
     overrides_argument(p, "Hydra overrides, e.g. registry.gate.min_delta=0.02")
 
 
@@ -22,7 +27,9 @@ def run_promote(ctx: Context) -> int:
     from forge_ml.jobs.promote import run_promote as promote
 
     a = ctx.args
-    result = promote(ctx.compose(), version=a.version, force=a.force, reason=a.reason)
+    result = promote(
+        ctx.compose(), version=a.version, force=a.force, reason=a.reason, rebaseline=a.rebaseline
+    )
     ctx.run_id = result.run_id
     ctx.report(
         model=result.model,

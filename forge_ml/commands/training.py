@@ -22,7 +22,7 @@ def _train_args(p) -> None:
 def _print_train_summary(summary: Any) -> None:
     table = titled_table(
         f"run {summary.run_id[:8]}: gold accuracy {summary.gold.accuracy:.3f} "
-        f"({summary.gold.correct}/{summary.gold.total}), dev accuracy {summary.dev.accuracy:.3f}"
+        f"({summary.gold.tally}), dev accuracy {summary.dev.accuracy:.3f}"
     )
     for column in ("category", "gold accuracy", "correct", "total"):
         table.add_column(column)
@@ -41,7 +41,7 @@ def _print_multirun(trained: list[tuple[str, Any]], jobs: int) -> None:
         (
             " ".join(o for o in overrides.split() if o not in shared) or "(the same)",
             summary.run_id[:8],
-            f"{summary.gold.accuracy:.3f} ({summary.gold.correct}/{summary.gold.total})",
+            f"{summary.gold.accuracy:.3f} ({summary.gold.tally})",
             f"{summary.dev.accuracy:.3f}",
             "-" if summary.version is None else f"v{summary.version}",
         )
@@ -209,7 +209,7 @@ def _print_eval(summary: Any) -> None:
     r, judged = summary.report, summary.judge
     shown = summary.target + (f" (v{summary.version})" if summary.version else "")
     results.print(f"evaluated: {shown}", highlight=False, soft_wrap=True)  # a path: a title would fold it
-    title = f"gold accuracy {r.accuracy:.3f} ({r.correct}/{r.total})"
+    title = f"gold accuracy {r.accuracy:.3f} ({r.tally})"
     if judged is not None:
         title += (
             f", judge accuracy {judged.report.accuracy:.3f} "

@@ -43,6 +43,15 @@ class EvalReport:
     def failures(self) -> list[ScoredExample]:
         return [item for item in self.items if item.score < 1.0]
 
+    @property
+    def tally(self) -> str:
+        """`13/24`; with partial credit (a scorer's scores between 0 and 1, when the accuracy is not
+        correct/total) `mean score; 13/24 scored 1`, so the figure beside it does not read as a slip."""
+        whole = f"{self.correct}/{self.total}"
+        if self.total and abs(self.accuracy * self.total - self.correct) > 1e-9:
+            return f"mean score; {whole} scored 1"
+        return whole
+
     def metrics(self, prefix: str) -> dict[str, float]:
         """Return the report as MLflow metrics: `<prefix>/accuracy`, `/failures`, `/unfinished`,
         `/accuracy/<category>`."""

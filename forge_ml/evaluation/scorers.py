@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Callable
@@ -90,6 +91,25 @@ def make_scorer(cfg: EvalConfig, project_root: Path, *, probe: list[Any] | None 
     if probe:
         scorer(probe[0].assistant, probe[0].assistant)
     return scorer
+
+
+def scoring_rule(cfg: EvalConfig, project_root: Path) -> str:
+    """What a gold score means, in one line: the scorer (a json_cmd's field, a custom scorer.py's
+    sha256) and the forbidden-output patterns. Two gold outcomes compare only under the same rule:
+    a partial-credit scorer.py scores the same answers higher than `exact` does."""
+    if cfg.scorer == "json_cmd":
+        rule = f"json_cmd (field {cfg.json_field})"
+    elif cfg.scorer == "custom":
+        path = Path(cfg.scorer_path)
+        path = path if path.is_absolute() else project_root / path
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12] if path.is_file() else "missing"
+        rule = f"custom ({path.name} sha256 {digest})"
+    else:
+        rule = cfg.scorer
+    if cfg.forbidden_outputs:
+        patterns = json.dumps(sorted(cfg.forbidden_outputs)).encode("utf-8")
+        rule += f", forbidden outputs {hashlib.sha256(patterns).hexdigest()[:12]}"
+    return rule
 
 
 def category_of(example_meta: dict[str, Any], expected: str, cfg: EvalConfig) -> str:

@@ -3,8 +3,9 @@
 The gate (`Registry.gate` with `registry.gate`) compares the version's recorded gold outcome with
 the champion's, records its decision as version tags and moves `champion` when it passes. `force`
 skips the gate: the reason, the OS user and the time become version tags (`forge.force.*`), then
-`champion` moves (and the stage transitions happen when `registry.stages`). Either way the decision
-is also an MLflow run (forge.kind=promote), so there is provenance beside the version's tags.
+`champion` moves (and the stage transitions happen when `registry.stages`). `rebaseline` re-measures
+the champion on the current gold set under the current scorer, so that later candidates compare
+with it. Each is also an MLflow run (forge.kind=promote), so there is provenance beside the tags.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import getpass
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from forge_ml.config import ForgeConfig
 from forge_ml.console import console, titled_table
@@ -23,12 +24,29 @@ from forge_ml.project import Project, ProjectLock
 from forge_ml.registry import CHALLENGER, Registry
 from forge_ml.tracking import Tracker
 
+Decision = Literal["promoted", "refused", "forced", "rebaselined", "unchanged"]
+
+
+@dataclass
+class Rebaselined:
+    """The champion re-measured: its outcome before and after."""
+
+    version: str
+    old: GoldOutcome
+    new: GoldOutcome
+
+    def line(self) -> str:
+        return (
+            f"re-baselined champion v{self.version}: gold accuracy {self.old.accuracy:.3f} → "
+            f"{self.new.accuracy:.3f} on gold {self.new.gold_hash[:12]}, scored by {self.new.scoring}"
+        )
+
 
 @dataclass
 class PromoteResult:
     model: str
     version: str
-    decision: str  # promoted | refused | forced
+    decision: Decision
     reasons: list[str]
     run_id: str
     p_value: float | None = None
@@ -50,9 +68,17 @@ def os_user() -> str:
 
 
 def run_promote(
-    cfg: ForgeConfig, *, version: int | None = None, force: bool = False, reason: str | None = None
+    cfg: ForgeConfig,
+    *,
+    version: int | None = None,
+    force: bool = False,
+    reason: str | None = None,
+    rebaseline: bool = False,
 ) -> PromoteResult:
-    """Gate version `version` (default: the `challenger`), or promote it regardless with `force`."""
+    """Gate version `version` (default: the `challenger`), promote it regardless with `force`, or
+    re-measure the champion with `rebaseline`."""
+    if rebaseline and (force or reason is not None or version is not None):
+        raise InputError("--rebaseline re-measures the champion: it takes no --version, --force or --reason")
     if force and not (reason or "").strip():
         raise InputError("--force needs --reason TEXT: say why the gate is overridden (it is recorded)")
     if reason is not None and not force:
@@ -61,7 +87,29 @@ def run_promote(
     with ProjectLock(
         project, "promote"
     ):  # the champion alias is the flywheel's gate's too: one writer at a time
+        if rebaseline:
+            return _rebaseline(cfg, project)
         return _promote(cfg, project, version, force, reason)
+
+
+def _rebaseline(cfg: ForgeConfig, project: Project) -> PromoteResult:
+    from forge_ml.data.project_data import load_project_data
+
+    registry = Registry.for_project(cfg, project)
+    number = registry.champion_number()
+    if number is None:
+        raise InputError(f"--rebaseline: {registry.name} has no champion to re-measure")
+    gold_hash = load_project_data(project, cfg.task, write_seed=False).hashes["gold"]
+    tags = {"forge.kind": "promote", "forge.promote.model": registry.name, "forge.promote.version": number}
+    with Tracker(cfg, project).start_run(f"rebaseline-v{number}", tags) as run:
+        done = rebaseline_champion(cfg, project, registry, gold_hash)
+        reasons = [done.line()] if done else ["the champion was measured on this gold set under this scorer"]
+        decision = "rebaselined" if done else "unchanged"
+        result = PromoteResult(
+            registry.name, number, decision, reasons, run.run_id, compared_to=number, champion=number
+        )
+        run.set_tags({"forge.promote.decision": result.decision, "forge.promote.reasons": reasons[0]})
+    return result
 
 
 def _promote(
@@ -121,7 +169,13 @@ def _forced(registry: Registry, number: str, reason: str, before: str | None, ru
 
 def describe(result: PromoteResult) -> Any:
     """A rich renderable of the decision and its reasons."""
-    colour = {"promoted": "green", "forced": "yellow", "refused": "red"}[result.decision]
+    colour = {
+        "promoted": "green",
+        "forced": "yellow",
+        "refused": "red",
+        "rebaselined": "green",
+        "unchanged": "green",
+    }[result.decision]
     table = titled_table(
         f"{result.model} v{result.version}: [{colour}]{result.decision}[/]", show_header=False
     )
@@ -136,23 +190,31 @@ def describe(result: PromoteResult) -> Any:
     return table
 
 
-def rebaseline_champion(cfg: ForgeConfig, project: Project, registry: Registry, gold_hash: str) -> None:
-    """Re-measure the champion on the current gold set (`flywheel --rebaseline`), so later rounds
-    compare like with like."""
+def rebaseline_champion(
+    cfg: ForgeConfig, project: Project, registry: Registry, gold_hash: str
+) -> Rebaselined | None:
+    """Re-measure the champion on the current gold set under the current scorer (`promote
+    --rebaseline`, `flywheel --rebaseline`), so later candidates compare like with like; None when
+    there is no champion, or it was measured so already."""
     from forge_ml.data.project_data import load_project_data
     from forge_ml.evaluation.report import score_outputs
-    from forge_ml.evaluation.scorers import make_scorer
+    from forge_ml.evaluation.scorers import make_scorer, scoring_rule
 
+    scoring = scoring_rule(cfg.eval, project.root)
     champion = registry.champion()
-    if champion is None or champion.outcome.gold_hash == gold_hash:
-        console.print("re-baseline: nothing to do (no champion, or gold unchanged)")
-        return
+    if champion is None or (champion.outcome.gold_hash == gold_hash and champion.outcome.scoring == scoring):
+        return None
     version, old = champion.version, champion.outcome
     data = load_project_data(project, cfg.task)
     outputs = registry.load(version.version).predict([ex.user for ex in data.gold])
     report = score_outputs(data.gold, list(outputs), make_scorer(cfg.eval, project.root), cfg.eval)
-    registry.rebaseline(version, GoldOutcome.from_report(report, gold_hash), previous=old)
-    console.print(
-        f"re-baselined champion v{version.version}: gold accuracy {old.accuracy:.3f} → {report.accuracy:.3f} "
-        "on the new gold set"
-    )
+    new = GoldOutcome.from_report(report, gold_hash, scoring)
+    registry.rebaseline(version, new, previous=old)
+    return Rebaselined(str(version.version), old, new)
+
+
+def rebaseline_before_rounds(cfg: ForgeConfig, project: Project, registry: Registry, gold_hash: str) -> None:
+    """`flywheel --rebaseline`: re-measure the champion, and say what changed."""
+    done = rebaseline_champion(cfg, project, registry, gold_hash)
+    line = done.line() if done else "re-baseline: nothing to do (no champion, or gold and scorer unchanged)"
+    console.print(line, highlight=False, soft_wrap=True)

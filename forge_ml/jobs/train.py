@@ -20,7 +20,7 @@ from forge_ml.data.tokens import sft_datasets, token_cache
 from forge_ml.evaluation.evaluate import evaluate_examples
 from forge_ml.evaluation.report import EvalReport, write_report
 from forge_ml.evaluation.room import check_answer_room
-from forge_ml.evaluation.scorers import make_scorer
+from forge_ml.evaluation.scorers import make_scorer, scoring_rule
 from forge_ml.fileio import atomic_write_json
 from forge_ml.models.adapters import peft_config_for
 from forge_ml.models.loader import BaseModelRef, load_base_model, load_tokenizer, pin_hub_commit, resolve_base
@@ -100,7 +100,7 @@ def run_train(
     data = load_project_data(project, cfg.task, write_seed=False)
     registry = Registry.for_project(cfg, project) if register else None
     if registry is not None:  # a champion measured on another gold set: refused before training
-        registry.check_gold(data.hashes["gold"])
+        registry.check_gold(data.hashes["gold"], scoring_rule(cfg.eval, project.root))
     base = resolve_base(cfg, project, data.training_text())
     tokenizer = load_tokenizer(base, cfg.model, project)
     check_answer_room(tokenizer, data.gold, cfg.eval, refuse=False)  # said before training, not after
@@ -175,7 +175,7 @@ def run_train(
             adapter_dir=adapter_dir,
             base=base,
             system_prompt=data.system_prompt,
-            outcome=GoldOutcome.from_report(gold, data.hashes["gold"]),
+            outcome=GoldOutcome.from_report(gold, data.hashes["gold"], scoring_rule(cfg.eval, project.root)),
             tags={"forge.registered_by": "train"},
             mission=project.mission_summary(),
         )
