@@ -270,6 +270,7 @@ def test_claude_flywheel_rounds_gate_record_and_resume(project, monkeypatch, pro
     assert len(client.search_model_versions(f"name = '{root.name}'")) == 2  # --skip-train registers nothing
 
     # so does a changed scorer: the same answers score higher under a partial-credit scorer.py
+    # (`promote --rebaseline`, the same re-measure, is run in tests/test_promote_commands.py)
     assert champion.tags["forge.gold_scoring"] == "json_cmd (field cmd)"
     (root / "scorer.py").write_text(
         "def score(expected, actual):\n    return 1.0 if expected == actual.strip() else 0.5\n"
@@ -278,12 +279,8 @@ def test_claude_flywheel_rounds_gate_record_and_resume(project, monkeypatch, pro
     refused = run_cli("-p", str(root), "flywheel", "--rounds", "4", *custom)
     said = " ".join(refused.stderr.split())
     assert refused.returncode == 1 and "the scoring changed" in said and "json_cmd (field cmd)" in said
-    rebased = run_cli("-p", str(root), "flywheel", "--rounds", "4", "--rebaseline", "--skip-train", *custom)
-    assert rebased.returncode == 0, rebased.stderr[-3000:]
-    before, champion = champion, client.get_model_version_by_alias(root.name, "champion")
-    assert champion.tags["forge.gold_scoring"].startswith("custom (scorer.py sha256 ")
-    assert champion.tags["forge.rebaseline.previous_gold_scoring"] == "json_cmd (field cmd)"
-    assert float(champion.tags["forge.gold_accuracy"]) >= float(before.tags["forge.gold_accuracy"])
+    shown = json.loads(run_cli("-p", str(root), "--json", "status").stdout)["champion"]
+    assert shown["scoring"] == "json_cmd (field cmd)"
 
 
 @pytest.mark.reliability

@@ -198,6 +198,15 @@ def test_probe_with_the_claude_judge(pretrained):
     assert run.data.metrics["judge/cost_usd"] == pytest.approx(data["cost_usd"])
     assert SECRET not in json.dumps([run.data.params, run.data.tags, data])
 
+    # a pre probe scored offline, token F1, is no baseline for Claude's scores: --compare says so
+    result, pre = cli(project.root, "probe", "--tag", "pre", *OFFLINE)
+    assert result.returncode == 0, result.stderr[-3000:]
+    result, compared = cli(project.root, "probe", "--compare", *OFFLINE)
+    said = compared["error"]["message"]
+    assert result.returncode == 1 and compared["delta"] is None
+    assert f"pre probe (run {pre['run_id'][:8]}) was scored by token_f1" in said
+    assert f"post probe (run {data['run_id'][:8]}) by claude" in said and "probe the pre side again" in said
+
 
 def register_zero_adapter(project, cfg, base, name: str):
     """A zero-initialised LoRA adapter on `base`, registered as a version of the project's model

@@ -314,13 +314,21 @@ def latest_probe(client: Any, experiment_id: str | None, tag: str, experiment: s
 
 
 def compare_probes(cfg: ForgeConfig) -> ProbeComparison:
-    """Return the latest pre and post probe runs and the per-question deltas (matched by question text)."""
+    """Return the latest pre and post probe runs and the per-question deltas (matched by question text);
+    InputError when the two were scored by different judges."""
     project = Project(Path(cfg.project_dir))
     client = client_for(cfg, project)
     name = experiment_name(cfg)
     experiment = client.get_experiment_by_name(name)
     exp_id = experiment.experiment_id if experiment is not None else None
     pre, post = (latest_probe(client, exp_id, tag, name) for tag in TAGS)
+    if pre.judge != post.judge:  # token F1 and Claude's 0..1 are different scales: no delta between them
+        raise InputError(
+            f"the latest pre probe (run {pre.run_id[:8]}) was scored by {pre.judge}, the latest post probe "
+            f"(run {post.run_id[:8]}) by {post.judge}: scores of different judges do not compare; probe the "
+            f"{'pre' if post.judge == CLAUDE else 'post'} side again with the other's judge (Claude when "
+            "ANTHROPIC_API_KEY is set, token F1 with planner=offline)"
+        )
     before = {row["question"]: row["score"] for row in pre.items}
     after = {row["question"]: row["score"] for row in post.items}
     questions = list(before) + [q for q in after if q not in before]

@@ -125,7 +125,8 @@ def flywheel_table(summary: dict) -> Table | None:
         table.add_row(
             "champion",
             f"{champion['name']} v{champion['version']} (round {champion['round']}): "
-            f"gold accuracy {champion['gold_accuracy']:.3f}",
+            f"gold accuracy {champion['gold_accuracy']:.3f}"
+            + (f", scored by {champion['scoring']}" if champion["scoring"] else ""),
         )
         table.add_row("load it", f'mlflow.pyfunc.load_model("{champion["uri"]}").predict(["..."])')
     else:
@@ -224,6 +225,7 @@ def status_summary(cfg: ForgeConfig, project: Project) -> dict:
                 "version": str(version.version),
                 "round": version.tags.get("forge.round"),
                 "gold_accuracy": outcome.accuracy,
+                "scoring": outcome.scoring or None,  # None: registered before the rule was recorded
                 "uri": registry.uri(),
             }
     return {
