@@ -18,6 +18,8 @@ from forge_ml.packaged import conf_root, examples_root
 
 CONFIG_FILE = "forge.yaml"
 GENERATOR_FILE = "generator.py"  # the project's own offline data: generate(n, *, seed, focus)
+PROBE_FILE = "dataset/probe.jsonl"  # `forge-ml probe`: {"question", "ideal"} per line
+CORPUS_DIR = "dataset/corpus"  # `forge-ml pretrain`: raw text
 LOCK = "flywheel.lock"
 
 

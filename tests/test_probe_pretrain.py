@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from command_checks import KEYS, cli, client_of, runs_of
-from conftest import FAST, shrink_jsonl, write_jsonl
+from conftest import FAST, run_cli, shrink_jsonl, write_jsonl
 from fake_anthropic import FakeAnthropic
 
 from forge_ml.jobs.probe import token_f1
@@ -153,6 +154,13 @@ def test_probe_pre_post_and_compare_offline(pretrained):
         assert (row["pre"], row["post"]) == (a["score"], b["score"])
         assert row["delta"] == pytest.approx(b["score"] - a["score"])
     assert "overall" in result.stderr and compared["run_id"] is None
+
+    status = json.loads(run_cli("-p", str(root), "--json", "status").stdout)  # the probe and corpus too
+    assert (status["datasets"]["probe"], status["datasets"]["corpus"]) == (3, 3)
+    table = run_cli("-p", str(root), "status").stdout
+    assert re.search(r"probe\s+│ 3\s+│ dataset/probe\.jsonl", table) and re.search(
+        r"corpus\s+│ 3 file\(s\)", table
+    )
 
     client, _ = client_of(root)
     run = client.get_run(post["run_id"])

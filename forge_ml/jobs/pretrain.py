@@ -31,12 +31,11 @@ from forge_ml.errors import ConfigError, InputError
 from forge_ml.models.adapters import peft_config_for
 from forge_ml.models.loader import BaseModelRef, load_base_model, load_tokenizer, resolve_base
 from forge_ml.models.provenance import PRETRAIN_FILE
-from forge_ml.project import Project
+from forge_ml.project import CORPUS_DIR, Project
 from forge_ml.registry import Registry
 from forge_ml.tracking import Tracker, config_params
 
 log = logging.getLogger(__name__)
-CORPUS_DIR = "dataset/corpus"
 MERGED_DIR = "pretrain_merged"  # under output/
 TEXT_SUFFIXES = (".txt", ".md")
 JSONL_SUFFIX = ".jsonl"

@@ -25,10 +25,9 @@ from forge_ml.data.examples import Example, read_jsonl
 from forge_ml.errors import InputError
 from forge_ml.evaluation.report import EvalReport
 from forge_ml.models.loader import BaseModelRef
-from forge_ml.project import Project
+from forge_ml.project import PROBE_FILE, Project
 from forge_ml.tracking import Tracker, client_for, experiment_name
 
-PROBE_FILE = "dataset/probe.jsonl"
 TAGS = ("pre", "post")
 ITEMS_ARTIFACT = "probe/items.json"
 CLAUDE, TOKEN_F1 = "claude", "token_f1"

@@ -16,29 +16,53 @@ from forge_ml.console import titled_table
 from forge_ml.data.examples import read_examples
 from forge_ml.heartbeat import Liveness, liveness, read_heartbeat
 from forge_ml.journal import read_records
-from forge_ml.project import Project
+from forge_ml.project import CORPUS_DIR, PROBE_FILE, Project
 from forge_ml.tracking import client_for, experiment_name, runs_table
 
 log = logging.getLogger(__name__)
 
 
-def dataset_table(cfg: ForgeConfig, project: Project) -> Table:
+def dataset_table(cfg: ForgeConfig, project: Project, counts: dict[str, int]) -> Table:
+    """The example sets with their counts (from `status_summary`), and the probe and corpus when present."""
     table = Table(title="datasets")
     for column in ("set", "examples", "file"):
         table.add_column(column)
-    for label, rel in (
+    for label, rel in _dataset_files(cfg):
+        if label not in counts:
+            continue
+        path = project.resolve(rel)
+        shown = str(path.relative_to(project.root)) if path.is_relative_to(project.root) else str(path)
+        count = f"{counts[label]} file(s)" if label == "corpus" else str(counts[label])
+        table.add_row(label, count, shown + ("/" if label == "corpus" else ""))
+    return table
+
+
+def _dataset_files(cfg: ForgeConfig) -> list[tuple[str, str]]:
+    return [
         ("seed", cfg.task.seed_path),
         ("canonical", cfg.task.canonical_path),
         ("gold", cfg.task.gold_path),
-    ):
+        ("probe", PROBE_FILE),
+        ("corpus", CORPUS_DIR),
+    ]
+
+
+def _dataset_counts(cfg: ForgeConfig, project: Project) -> dict[str, int]:
+    """Examples per set; questions in the probe and files in the corpus, only when the project has them."""
+    counts: dict[str, int] = {}
+    for label, rel in _dataset_files(cfg):
         path = project.resolve(rel)
-        count = len(read_examples(path, required=False))
-        table.add_row(
-            label,
-            str(count),
-            str(path.relative_to(project.root)) if path.is_relative_to(project.root) else str(path),
-        )
-    return table
+        if label == "probe":
+            if path.is_file():  # counted, not parsed: `forge-ml probe` says what is wrong with a line
+                counts[label] = sum(
+                    1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+                )
+        elif label == "corpus":
+            if path.is_dir():
+                counts[label] = sum(1 for f in path.rglob("*") if f.is_file() and not f.name.startswith("."))
+        else:
+            counts[label] = len(read_examples(path, required=False))
+    return counts
 
 
 def scores_table(project: Project) -> Table | None:
@@ -190,7 +214,7 @@ def _local(timestamp: object) -> str:
 
 def status_tables(cfg: ForgeConfig, project: Project, summary: dict) -> list[Table]:
     tables = [
-        dataset_table(cfg, project),
+        dataset_table(cfg, project, summary["datasets"]),
         flywheel_table(summary),
         scores_table(project),
         runs_summary(cfg, project),
@@ -200,14 +224,7 @@ def status_tables(cfg: ForgeConfig, project: Project, summary: dict) -> list[Tab
 
 def status_summary(cfg: ForgeConfig, project: Project) -> dict:
     """The status as plain data (the `--json` envelope of `forge-ml status`)."""
-    datasets = {
-        label: len(read_examples(project.resolve(rel), required=False))
-        for label, rel in (
-            ("seed", cfg.task.seed_path),
-            ("canonical", cfg.task.canonical_path),
-            ("gold", cfg.task.gold_path),
-        )
-    }
+    datasets = _dataset_counts(cfg, project)
     canonical = read_examples(project.resolve(cfg.task.canonical_path), required=False)
     by_source = dict(sorted(Counter(str(e.meta.get("source", "unknown")) for e in canonical).items()))
     records = read_records(project)
