@@ -427,8 +427,13 @@ class Registry:
             tags["forge.rebaseline.previous_gold_accuracy"] = repr(float(previous.accuracy))
             if previous.scoring:
                 tags["forge.rebaseline.previous_gold_scoring"] = previous.scoring
-        gold_hash = tags.pop("forge.gold_hash")  # written last: a crash midway leaves the old hash
-        for key, value in [*tags.items(), ("forge.gold_hash", gold_hash)]:
+        # the rule and the gold hash written last: a crash midway leaves the old ones, which the
+        # project's gold set and scorer no longer match, so the next command asks for a re-baseline again
+        gold_hash = tags.pop("forge.gold_hash")
+        scoring = (
+            [("forge.gold_scoring", tags.pop("forge.gold_scoring"))] if "forge.gold_scoring" in tags else []
+        )
+        for key, value in [*tags.items(), *scoring, ("forge.gold_hash", gold_hash)]:
             self.client.set_model_version_tag(self.name, number, key, value)
 
     def _logged(self, run_id: str) -> bool:

@@ -481,6 +481,22 @@ def test_load_through_the_registry_client_and_rebaseline(trained):
     assert str(champion.version) == str(version.version) and outcome == remeasured
     assert champion.tags["forge.rebaseline.previous_gold_hash"] == t.gold_hash
 
+    # the rule and the hash are written last: a re-baseline cut short leaves the old ones, which the
+    # project's gold and scorer do not match, so check_gold asks for it again rather than trusting a mix
+    written: list[str] = []
+
+    class Recording(type(t.client)):  # the real client, its writes of version tags noted in order
+        def set_model_version_tag(self, name, version, key, value):
+            written.append(key)
+            return super().set_model_version_tag(name, version, key, value)
+
+    rescored = replace(remeasured, scoring="custom (scorer.py sha256 0123456789ab)", accuracy=0.6)
+    Registry(RegistryConfig(), Recording(tracking_uri=t.uri), name).rebaseline(
+        version, rescored, previous=remeasured
+    )
+    assert written[-2:] == ["forge.gold_scoring", "forge.gold_hash"] and "forge.gold_accuracy" in written[:-2]
+    assert registry.champion().outcome == rescored
+
 
 def test_for_project_uses_the_project_store_and_name(tmp_path):
     from forge_ml.config import ForgeConfig
