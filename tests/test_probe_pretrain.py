@@ -336,6 +336,11 @@ def test_bad_input_exits_1_naming_the_thing_and_writes_nothing(small_project):
     probe.write_text('{"question": "q"}\n')
     result, data = cli(root, "probe", "--tag", "pre", *OFFLINE)
     assert result.returncode == 1 and f"{probe}:1: 'ideal'" in data["error"]["message"]
+    probe.write_bytes(b'{"question": "caf\xe9", "ideal": "x"}\n')  # Latin-1: status counts it, probe names it
+    status = run_cli("-p", str(root), "--json", "status")
+    assert status.returncode == 0 and json.loads(status.stdout)["datasets"]["probe"] == 1, status.stderr[
+        -2000:
+    ]
     result, data = cli(root, "probe", "--compare")
     assert result.returncode == 1 and "no finished probe run tagged 'pre'" in data["error"]["message"]
     result, data = cli(root, "probe", "--tag", "later")

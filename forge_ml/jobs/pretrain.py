@@ -277,9 +277,10 @@ def run_pretrain(cfg: ForgeConfig) -> PretrainSummary:
             soft_wrap=True,
         )
     base = configured_base(cfg, project)
-    if base.provenance is not None and (Path(base.source) / PRETRAIN_FILE).is_file():
+    made = base.provenance.note if base.provenance is not None else None  # set from forge_pretrain.json
+    if made and (Path(base.source) / PRETRAIN_FILE).is_file():
         console.print(  # a project whose forge.yaml names the pretrained model, pretraining again
-            f"note: the base is {base.source}, itself {base.provenance.note}: this run trains on top of it "
+            f"note: the base is {base.source}, itself {made}: this run trains on top of it "
             "(model.name_or_path names the base to start from)",
             highlight=False,
             soft_wrap=True,

@@ -55,7 +55,9 @@ def _dataset_counts(cfg: ForgeConfig, project: Project) -> dict[str, int]:
         if label == "probe":
             if path.is_file():  # counted, not parsed: `forge-ml probe` says what is wrong with a line
                 counts[label] = sum(
-                    1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+                    1
+                    for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+                    if line.strip()
                 )
         elif label == "corpus":
             if path.is_dir():
