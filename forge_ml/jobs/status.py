@@ -47,12 +47,15 @@ def _dataset_files(cfg: ForgeConfig) -> list[tuple[str, str]]:
     ]
 
 
-def _dataset_counts(cfg: ForgeConfig, project: Project) -> dict[str, int]:
-    """Examples per set; questions in the probe and files in the corpus, only when the project has them."""
+def _dataset_counts(cfg: ForgeConfig, project: Project, canonical: int) -> dict[str, int]:
+    """Examples per set (canonical's count given: the caller read it); questions in the probe and files
+    in the corpus, only when the project has them."""
     counts: dict[str, int] = {}
     for label, rel in _dataset_files(cfg):
         path = project.resolve(rel)
-        if label == "probe":
+        if label == "canonical":
+            counts[label] = canonical
+        elif label == "probe":
             if path.is_file():  # counted, not parsed: `forge-ml probe` says what is wrong with a line
                 counts[label] = sum(
                     1
@@ -226,8 +229,8 @@ def status_tables(cfg: ForgeConfig, project: Project, summary: dict) -> list[Tab
 
 def status_summary(cfg: ForgeConfig, project: Project) -> dict:
     """The status as plain data (the `--json` envelope of `forge-ml status`)."""
-    datasets = _dataset_counts(cfg, project)
-    canonical = read_examples(project.resolve(cfg.task.canonical_path), required=False)
+    canonical = read_examples(project.resolve(cfg.task.canonical_path), required=False)  # read once
+    datasets = _dataset_counts(cfg, project, len(canonical))
     by_source = dict(sorted(Counter(str(e.meta.get("source", "unknown")) for e in canonical).items()))
     records = read_records(project)
     heartbeat = read_heartbeat(project)
